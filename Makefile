@@ -1,0 +1,60 @@
+# sparkfleet.vllm: the README's two commands are `make demo` and `make test`.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+N ?= 4
+COLLECTION_LINK := collections/ansible_collections/sparkfleet/vllm
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export ANSIBLE_FORCE_COLOR ?= 0
+export PY_COLORS ?= 0
+
+.PHONY: help deps host demo test lint unit integration sim-up sim-down sim-images bench
+
+help:
+	@echo "make demo      simulated 4-node cluster + deploy_mimo.yml, prints the endpoint's answers"
+	@echo "make test      ruff + ansible-lint + unit tests + molecule (on the simulated cluster)"
+	@echo "make lint | unit | sim-up N=4 | sim-down | bench"
+
+$(BIN)/.installed: requirements.txt requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip==24.3.1
+	$(BIN)/pip install --quiet -r requirements.txt -r requirements-dev.txt
+	touch $@
+
+$(COLLECTION_LINK):
+	mkdir -p $(dir $(COLLECTION_LINK))
+	ln -sfn ../../.. $(COLLECTION_LINK)
+
+deps: $(BIN)/.installed $(COLLECTION_LINK)
+
+host:
+	tests/sim/ensure-host.sh
+
+sim-images: deps host
+	$(BIN)/python tests/sim/simctl.py images
+
+sim-up: deps host
+	$(BIN)/python tests/sim/simctl.py up --nodes $(N)
+
+sim-down: deps
+	$(BIN)/python tests/sim/simctl.py down
+
+demo: sim-up
+	$(BIN)/ansible-playbook playbooks/deploy_mimo.yml -i inventory/local
+	@echo "The simulated cluster keeps running; remove it with: make sim-down"
+
+lint: deps
+	$(BIN)/ruff check .
+	$(BIN)/ansible-lint --offline
+
+unit: deps
+	$(BIN)/pytest -q tests/unit
+
+test: deps host lint
+	$(BIN)/pytest -q -p no:cacheprovider tests
+
+bench: deps
+	@echo "make bench: no benchmark yet (the image-distribution benchmark arrives with the image issue)"

@@ -1,0 +1,129 @@
+# -*- coding: utf-8 -*-
+# Copyright: sparkfleet maintainers. MIT License (see LICENSE).
+"""The one way this collection talks to a node's Docker engine: the Docker SDK for Python.
+
+Containers are declared by a spec; a container is (re)created only when its spec's digest, kept in a
+label, changes, which is what makes a second run report changed=false. Every failure goes through
+``DockerFailure`` with the operation named, and never with the environment (it may hold secrets).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+try:
+    import docker
+    from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+
+    HAS_DOCKER = True
+    IMPORT_ERROR = None
+except ImportError as exc:  # reported by the module through require()
+    HAS_DOCKER = False
+    IMPORT_ERROR = exc
+    DockerException = APIError = ImageNotFound = NotFound = Exception
+
+SPEC_LABEL = "sparkfleet.spec"
+ROLE_LABEL = "sparkfleet.role"
+
+
+class DockerFailure(Exception):
+    pass
+
+
+def require(module):
+    if not HAS_DOCKER:
+        module.fail_json(msg="the Docker SDK for Python is needed on %s (Debian: apt-get install python3-docker;"
+                             " pip: docker): %s" % (module.params.get("_ansible_remote_host") or "this node",
+                                                    IMPORT_ERROR))
+
+
+def connect(timeout=600):
+    try:
+        cli = docker.from_env(timeout=timeout)
+        cli.ping()
+        return cli
+    except DockerException as exc:
+        raise DockerFailure("cannot reach the Docker engine: %s" % exc)
+
+
+def image_id(cli, ref):
+    try:
+        return cli.images.get(ref).id
+    except ImageNotFound:
+        return None
+    except APIError as exc:
+        raise DockerFailure("inspecting image %s: %s" % (ref, exc))
+
+
+def spec_digest(spec):
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def current(cli, name):
+    try:
+        return cli.containers.get(name)
+    except NotFound:
+        return None
+
+
+def container_state(container):
+    if container is None:
+        return {"exists": False, "running": False, "spec": None}
+    container.reload()
+    return {"exists": True, "running": container.status == "running",
+            "spec": container.labels.get(SPEC_LABEL), "status": container.status, "id": container.id}
+
+
+def needs_change(state, digest):
+    """Pure: recreate when missing, stopped, or declared differently."""
+    return not (state["exists"] and state["running"] and state["spec"] == digest)
+
+
+def replace(cli, name, spec, role, digest=None):
+    """Remove ``name`` if present and start it anew from ``spec`` (a dict of containers.run kwargs).
+
+    ``digest`` is the label to compare on later runs; pass one computed without secret values when the
+    spec carries any.
+    """
+    digest = digest or spec_digest(spec)
+    old = current(cli, name)
+    try:
+        if old is not None:
+            old.remove(force=True)
+        kwargs = dict(spec)
+        kwargs["labels"] = dict(kwargs.get("labels") or {}, **{SPEC_LABEL: digest, ROLE_LABEL: role})
+        return cli.containers.run(name=name, detach=True, **kwargs)
+    except (APIError, DockerException) as exc:
+        raise DockerFailure("starting container %s from %s: %s" % (name, spec.get("image"), exc))
+
+
+def remove(cli, name):
+    old = current(cli, name)
+    if old is None:
+        return False
+    try:
+        old.remove(force=True)
+    except APIError as exc:
+        raise DockerFailure("removing container %s: %s" % (name, exc))
+    return True
+
+
+def exec_json(container, argv, env=None):
+    """Run argv in a container and parse its stdout as JSON; stderr goes into the failure."""
+    res = container.exec_run(argv, demux=True, environment=env)
+    out, err = res.output if isinstance(res.output, tuple) else (res.output, b"")
+    out, err = (out or b"").decode(errors="replace"), (err or b"").decode(errors="replace")
+    if res.exit_code != 0:
+        raise DockerFailure("%s in %s exited %s: %s" % (argv[0], container.name, res.exit_code, (err or out)[-1500:]))
+    try:
+        return json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise DockerFailure("%s in %s printed no JSON: %s" % (argv[0], container.name, out[-500:]))
+
+
+def logs(container, tail=None):
+    kwargs = {"stdout": True, "stderr": True}
+    if tail:
+        kwargs["tail"] = tail
+    return container.logs(**kwargs).decode(errors="replace")

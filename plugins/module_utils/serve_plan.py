@@ -1,0 +1,35 @@
+# -*- coding: utf-8 -*-
+# Copyright: sparkfleet maintainers. MIT License (see LICENSE).
+"""The `vllm serve` command line, built from the recipe (pure). Secrets never reach it."""
+
+from __future__ import annotations
+
+# Flags the collection owns: a recipe's extra_args may not set them a second time.
+OWNED = ("--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp", "--distributed-executor-backend",
+         "--served-model-name", "--host", "--port")
+SECRET_FLAGS = ("--api-key",)
+
+
+def serve_argv(model_path, served_name, tp, pp, port, host, extra_args=()):
+    extra = list(extra_args)
+    for arg in extra:
+        flag = str(arg).split("=", 1)[0]
+        if flag in SECRET_FLAGS:
+            raise ValueError("extra_args must not carry %s: set the API key through api_key, which reaches vLLM "
+                             "as VLLM_API_KEY in its environment, never on the command line" % flag)
+        if flag in OWNED:
+            raise ValueError("extra_args sets %s, which the collection derives from the topology; remove it" % flag)
+    return ["vllm", "serve", model_path, "--served-model-name", served_name,
+            "--tensor-parallel-size", str(tp), "--pipeline-parallel-size", str(pp),
+            "--distributed-executor-backend", "ray", "--host", host, "--port", str(port)] + [str(a) for a in extra]
+
+
+def requested_moe_backend(extra_args):
+    """The --moe-backend a command line asks for (None when it asks for none)."""
+    args = [str(a) for a in extra_args]
+    for i, arg in enumerate(args):
+        if arg == "--moe-backend" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--moe-backend="):
+            return arg.split("=", 1)[1]
+    return None

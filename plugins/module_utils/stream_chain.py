@@ -1,0 +1,145 @@
+# -*- coding: utf-8 -*-
+# Copyright: sparkfleet maintainers. MIT License (see LICENSE).
+"""A pipelined peer-to-peer chain for large artifacts (images, weights).
+
+The source streams to the first node; every node hands each chunk to its local sink (``docker load``,
+``tar -x``) *and* forwards it to the next node as it arrives. The whole transfer then takes about
+S/B plus a small per-hop delay, independent of the number of nodes, where a fan-out from the head takes
+(N-1)·S/B because the head's link carries every copy.
+
+No library does this (rsync and scp are point-to-point; torrent clients need trackers or a DHT and a
+seeding phase), so the relay is written here: plain TCP, one header line naming the session, then raw
+bytes, with a sha256 computed on the fly at every hop so the ends can be compared.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import subprocess
+import time
+
+MAGIC = b"SPARKFLEET-CHAIN 1 "
+CHUNK = 1 << 20
+
+
+class ChainError(Exception):
+    pass
+
+
+def chain_order(source, targets):
+    """Pure: who forwards to whom. Returns {node: next_node_or_None} and the first hop."""
+    order = [t for t in targets if t != source]
+    nxt = {node: (order[i + 1] if i + 1 < len(order) else None) for i, node in enumerate(order)}
+    return (order[0] if order else None), nxt
+
+
+def _connect(host, port, timeout, clock=time):
+    deadline = clock.monotonic() + timeout
+    last = None
+    while clock.monotonic() < deadline:
+        try:
+            sock = socket.create_connection((host, port), timeout=10)
+            sock.settimeout(None)
+            return sock
+        except OSError as exc:
+            last = exc
+            clock.sleep(0.5)
+    raise ChainError("could not connect to %s:%s within %ss: %s" % (host, port, int(timeout), last))
+
+
+def _read_header(conn):
+    buf = b""
+    while not buf.endswith(b"\n"):
+        byte = conn.recv(1)
+        if not byte:
+            raise ChainError("upstream closed before sending the session header")
+        buf += byte
+        if len(buf) > 512:
+            raise ChainError("session header too long")
+    if not buf.startswith(MAGIC):
+        raise ChainError("unexpected stream header %r" % buf[:40])
+    return buf[len(MAGIC):].strip().decode()
+
+
+def receive(port, session, sink_argv, forward=None, bind="0.0.0.0", accept_timeout=900,  # noqa: S104
+            connect_timeout=300):
+    """Accept one stream for ``session``, feed it to ``sink_argv`` and forward it to ``forward`` (host, port).
+
+    Returns {"bytes", "sha256", "sink_rc", "sink_output", "forwarded", "forward_error", "seconds"}.
+    """
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind((bind, port))
+    server.listen(1)
+    server.settimeout(accept_timeout)
+    try:
+        conn, _ = server.accept()
+    except socket.timeout:
+        raise ChainError("no stream arrived on %s:%s within %ss" % (bind, port, accept_timeout))
+    finally:
+        server.close()
+    start = time.monotonic()
+    conn.settimeout(None)
+    got = _read_header(conn)
+    if got != session:
+        conn.close()
+        raise ChainError("stream is for session %s, expected %s" % (got, session))
+    down, forward_error = None, None
+    if forward:
+        try:
+            down = _connect(forward[0], int(forward[1]), connect_timeout)
+            down.sendall(MAGIC + session.encode() + b"\n")
+        except (OSError, ChainError) as exc:
+            down, forward_error = None, str(exc)
+    sink = subprocess.Popen(sink_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    digest, total = hashlib.sha256(), 0
+    try:
+        while True:
+            chunk = conn.recv(CHUNK)
+            if not chunk:
+                break
+            if down is not None:
+                try:
+                    down.sendall(chunk)
+                except OSError as exc:
+                    forward_error, down = "forwarding broke after %d bytes: %s" % (total, exc), None
+            sink.stdin.write(chunk)
+            digest.update(chunk)
+            total += len(chunk)
+    finally:
+        conn.close()
+        if down is not None:
+            down.shutdown(socket.SHUT_WR)
+            down.close()
+        sink.stdin.close()
+    output = sink.stdout.read().decode(errors="replace")
+    rc = sink.wait()
+    return {"bytes": total, "sha256": digest.hexdigest(), "sink_rc": rc, "sink_output": output[-4000:],
+            "forwarded": bool(forward) and forward_error is None, "forward_error": forward_error,
+            "seconds": round(time.monotonic() - start, 3)}
+
+
+def send(source_argv, host, port, session, connect_timeout=300):
+    """Run ``source_argv`` and stream its stdout to the first node of the chain."""
+    sock = _connect(host, int(port), connect_timeout)
+    start = time.monotonic()
+    src = subprocess.Popen(source_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    digest, total = hashlib.sha256(), 0
+    try:
+        sock.sendall(MAGIC + session.encode() + b"\n")
+        while True:
+            chunk = src.stdout.read(CHUNK)
+            if not chunk:
+                break
+            sock.sendall(chunk)
+            digest.update(chunk)
+            total += len(chunk)
+    finally:
+        sock.shutdown(socket.SHUT_WR)
+        sock.close()
+    err = src.stderr.read().decode(errors="replace")
+    rc = src.wait()
+    if rc != 0:
+        raise ChainError("%s exited %d: %s" % (" ".join(source_argv), rc, err.strip()[-2000:]))
+    return {"bytes": total, "sha256": digest.hexdigest(), "seconds": round(time.monotonic() - start, 3)}

@@ -1,0 +1,144 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: sparkfleet maintainers. MIT License (see LICENSE).
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: image_sync
+short_description: Send the built image to the nodes through a pipelined chain
+version_added: 0.1.0
+description:
+  - C(action=check) reports whether this node's copy of the image differs from the wanted image ID.
+  - C(action=receive) (run with C(async)) listens for the stream, feeds it to C(docker load) and forwards
+    every chunk to the next node as it arrives; it then checks that the loaded image has the wanted ID.
+  - C(action=send) (on the node that built the image) streams C(docker save), uncompressed, to the first node.
+  - The stream is never gzipped (single-core gzip was the bottleneck in the field).
+options:
+  action:
+    description: What this node does.
+    type: str
+    choices: [check, receive, send]
+    required: true
+  image:
+    description: Image reference (tag).
+    type: str
+    required: true
+  image_id:
+    description: The wanted image ID (the builder's); the stream's session name.
+    type: str
+    required: true
+  port:
+    description: TCP port of the chain.
+    type: int
+    default: 29400
+  bind_address:
+    description: Address a receiver listens on (the node's fabric IP).
+    type: str
+    default: 0.0.0.0
+  forward_host:
+    description: The next node of the chain, for a receiver; empty for the last one.
+    type: str
+    default: ""
+  target_host:
+    description: The first node of the chain, for the sender.
+    type: str
+    default: ""
+  timeout:
+    description: Seconds to wait for a connection.
+    type: int
+    default: 900
+attributes:
+  check_mode:
+    support: full
+    details: C(check) runs; C(receive) and C(send) predict C(changed=true) and move nothing.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+requirements:
+  - Docker SDK for Python and the docker CLI on the node
+author:
+  - sparkfleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: Which nodes need the image
+  sparkfleet.vllm.image_sync:
+    action: check
+    image: "{{ image.tag }}"
+    image_id: "{{ image.image_id }}"
+  register: need
+"""
+
+RETURN = r"""
+needed:
+  description: Whether this node lacks the wanted image (C(check)).
+  returned: action is check
+  type: bool
+local_id:
+  description: The image ID on this node before (check) or after (receive) the transfer.
+  returned: action is check or receive
+  type: str
+transfer:
+  description: Bytes moved, the stream's sha256 and seconds taken.
+  returned: action is receive or send
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.stream_chain import ChainError, receive, send
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            action=dict(type="str", choices=["check", "receive", "send"], required=True),
+            image=dict(type="str", required=True),
+            image_id=dict(type="str", required=True),
+            port=dict(type="int", default=29400),
+            bind_address=dict(type="str", default="0.0.0.0"),  # noqa: S104
+            forward_host=dict(type="str", default=""),
+            target_host=dict(type="str", default=""),
+            timeout=dict(type="int", default=900),
+        ),
+        required_if=[("action", "send", ["target_host"])],
+        supports_check_mode=True,
+    )
+    _docker.require(module)
+    p = module.params
+    try:
+        cli = _docker.connect()
+        local = _docker.image_id(cli, p["image"])
+        if p["action"] == "check":
+            module.exit_json(changed=False, needed=local != p["image_id"], local_id=local)
+        if module.check_mode:
+            module.exit_json(changed=True)
+        if p["action"] == "send":
+            if local != p["image_id"]:
+                module.fail_json(msg="this node has %s as %s, not the wanted %s" % (p["image"], local, p["image_id"]))
+            result = send(["docker", "save", p["image"]], p["target_host"], p["port"], p["image_id"], p["timeout"])
+            module.exit_json(changed=True, transfer=result)
+        forward = (p["forward_host"], p["port"]) if p["forward_host"] else None
+        result = receive(p["port"], p["image_id"], ["docker", "load"], forward=forward,
+                         bind=p["bind_address"], accept_timeout=p["timeout"])
+        if result["sink_rc"] != 0:
+            module.fail_json(msg="docker load failed: %s" % result["sink_output"], transfer=result)
+        local = _docker.image_id(cli, p["image"])
+        if local != p["image_id"]:
+            module.fail_json(msg="after docker load, %s is %s, expected %s" % (p["image"], local, p["image_id"]),
+                             transfer=result)
+        if result["forward_error"]:
+            module.fail_json(msg="loaded here, but forwarding to %s failed: %s" % (p["forward_host"],
+                                                                                  result["forward_error"]),
+                             transfer=result)
+    except (ChainError, _docker.DockerFailure, OSError) as exc:
+        module.fail_json(msg="image_sync %s: %s" % (p["action"], exc))
+    module.exit_json(changed=True, local_id=local, transfer=result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: sparkfleet maintainers. MIT License (see LICENSE).
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: ray_node
+short_description: Run this node's Ray head or Ray worker container, and wait until it has joined
+version_added: 0.1.0
+description:
+  - Starts C(ray start --block) in a container on the host network, bound to the node's fabric IP, with the
+    cluster's tuned environment. The head gets no dashboard.
+  - Waits until Ray's own node table shows this node alive. A worker that does not show up in time is
+    restarted, up to C(retries) times (many workers joining at once on a loaded head time out during
+    startup; the playbook also limits how many join at once).
+  - A container whose declared spec is unchanged, that runs, and whose node is alive is left alone
+    (C(changed=false)). A worker's spec includes the head container's ID, so a new head restarts the workers.
+options:
+  role:
+    description: Head or worker.
+    type: str
+    choices: [head, worker]
+    required: true
+  image:
+    description: The vLLM+Ray image (by tag). Required when O(state=present).
+    type: str
+  node_ip:
+    description: This node's fabric IP. Required when O(state=present).
+    type: str
+  head_ip:
+    description: The head's fabric IP (workers).
+    type: str
+  port:
+    description: GCS port of the head.
+    type: int
+    default: 6379
+  cluster_id:
+    description: Identity of the head this worker joins (the head container's ID).
+    type: str
+    default: ""
+  num_gpus:
+    description: GPUs to advertise; leave unset on real Sparks (Ray detects the GB10).
+    type: int
+  num_cpus:
+    description: CPUs to advertise.
+    type: int
+  object_store_memory:
+    description: Object store bytes.
+    type: int
+  env:
+    description: Environment of the container (the planned Ray/vLLM timeouts).
+    type: dict
+    default: {}
+  volumes:
+    description: Bind mounts, C(host:container[:mode]).
+    type: list
+    elements: str
+    default: []
+  shm_size:
+    description: Size of /dev/shm.
+    type: str
+    default: 2g
+  container_name:
+    description: Name of the Ray container.
+    type: str
+    default: sparkfleet-ray
+  ray_tmp_volume:
+    description: Named volume for /tmp/ray, shared with the vllm serve container on the head.
+    type: str
+    default: sparkfleet-ray-tmp
+  join_timeout:
+    description: Seconds to wait for this node to appear alive, per attempt.
+    type: int
+    default: 180
+  retries:
+    description: Attempts before giving up.
+    type: int
+    default: 3
+  state:
+    description: C(present) runs the node; C(absent) removes its container.
+    type: str
+    choices: [present, absent]
+    default: present
+attributes:
+  check_mode:
+    support: full
+    details: Predicts whether the container would be (re)started; starts and waits for nothing.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+requirements:
+  - Docker SDK for Python on the node
+author:
+  - sparkfleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: Start the Ray head
+  sparkfleet.vllm.ray_node:
+    role: head
+    image: "{{ image_tag }}"
+    node_ip: "{{ sparkfleet_node_ip }}"
+    env: "{{ tuning.env }}"
+"""
+
+RETURN = r"""
+container_id:
+  description: ID of the Ray container.
+  returned: state is present and not in check mode
+  type: str
+attempts:
+  description: Container starts this run needed (0 when nothing changed).
+  returned: state is present
+  type: int
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, _ray
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.waiter import WaitTimeout, wait_for
+
+
+def container_spec(p):
+    argv = _ray.start_argv(p["role"], p["node_ip"], p["port"], p["head_ip"], p["num_gpus"], p["num_cpus"],
+                           p["object_store_memory"])
+    volumes = {p["ray_tmp_volume"]: {"bind": "/tmp/ray", "mode": "rw"}}  # noqa: S108 (Ray's session dir)
+    for item in p["volumes"]:
+        parts = item.split(":")
+        volumes[parts[0]] = {"bind": parts[1], "mode": parts[2] if len(parts) > 2 else "rw"}
+    env = dict(p["env"], VLLM_HOST_IP=p["node_ip"], RAY_NODE_IP_ADDRESS=p["node_ip"])
+    # pid_mode host: a Ray driver finds its local raylet by looking for the raylet process, so the vllm
+    # serve container on the head must see the Ray container's processes.
+    spec = {"image": p["image"], "command": argv, "environment": env, "network_mode": "host",
+            "ipc_mode": "host", "pid_mode": "host", "shm_size": p["shm_size"], "volumes": volumes,
+            "labels": {"sparkfleet.cluster": p["cluster_id"] or "head"}}
+    return spec
+
+
+def joined(container, ip):
+    def probe():
+        container.reload()
+        if container.status != "running":
+            return {"exited": container.status}
+        return {"table": _ray.nodes(container)}
+
+    def predicate(obs):
+        if "exited" in obs:
+            return False, "container is %s" % obs["exited"]
+        alive = _ray.node_alive(obs["table"], ip)
+        n = sum(1 for x in obs["table"] if x.get("Alive"))
+        return alive, "%s %s; cluster has %d alive nodes" % (ip, "alive" if alive else "not in the table", n)
+
+    return probe, predicate
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            role=dict(type="str", choices=["head", "worker"], required=True),
+            image=dict(type="str"),
+            node_ip=dict(type="str"),
+            head_ip=dict(type="str"),
+            port=dict(type="int", default=6379),
+            cluster_id=dict(type="str", default=""),
+            num_gpus=dict(type="int"),
+            num_cpus=dict(type="int"),
+            object_store_memory=dict(type="int"),
+            env=dict(type="dict", default={}),
+            volumes=dict(type="list", elements="str", default=[]),
+            shm_size=dict(type="str", default="2g"),
+            container_name=dict(type="str", default="sparkfleet-ray"),
+            ray_tmp_volume=dict(type="str", default="sparkfleet-ray-tmp"),
+            join_timeout=dict(type="int", default=180),
+            retries=dict(type="int", default=3),
+            state=dict(type="str", choices=["present", "absent"], default="present"),
+        ),
+        required_if=[("state", "present", ["image", "node_ip"])],
+        supports_check_mode=True,
+    )
+    _docker.require(module)
+    p = module.params
+    name = p["container_name"]
+    try:
+        cli = _docker.connect()
+        if p["state"] == "absent":
+            exists = _docker.current(cli, name) is not None
+            if exists and not module.check_mode:
+                _docker.remove(cli, name)
+            module.exit_json(changed=exists)
+        if _docker.image_id(cli, p["image"]) is None:
+            module.fail_json(msg="image %s is not on this node; run the image stage first" % p["image"])
+        if p["role"] == "worker" and not p["head_ip"]:
+            module.fail_json(msg="head_ip is required for a worker")
+        spec = container_spec(p)
+        digest = _docker.spec_digest(spec)
+        existing = _docker.current(cli, name)
+        state = _docker.container_state(existing)
+        if not _docker.needs_change(state, digest):
+            try:
+                if _ray.node_alive(_ray.nodes(existing), p["node_ip"]):
+                    module.exit_json(changed=False, container_id=existing.id, attempts=0)
+            except _docker.DockerFailure:
+                pass  # running but not answering: restart below
+        if module.check_mode:
+            module.exit_json(changed=True, attempts=0)
+        last = ""
+        for attempt in range(1, p["retries"] + 1):
+            container = _docker.replace(cli, name, spec, "ray-%s" % p["role"])
+            probe, predicate = joined(container, p["node_ip"])
+            try:
+                wait_for("Ray %s on %s" % (p["role"], p["node_ip"]), probe, predicate, p["join_timeout"], 3)
+                module.exit_json(changed=True, container_id=container.id, attempts=attempt)
+            except WaitTimeout as exc:
+                last = "%s\n--- last log lines ---\n%s" % (exc, _docker.logs(container, tail=25))
+        module.fail_json(msg="Ray %s on %s did not come up after %d attempts (head %s:%s): %s"
+                             % (p["role"], p["node_ip"], p["retries"], p["head_ip"] or p["node_ip"], p["port"], last))
+    except _docker.DockerFailure as exc:
+        module.fail_json(msg="ray_node: %s" % exc)
+
+
+if __name__ == "__main__":
+    main()

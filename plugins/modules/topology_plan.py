@@ -1,0 +1,114 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: sparkfleet maintainers. MIT License (see LICENSE).
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: topology_plan
+short_description: Validate a Spark cluster inventory and plan the Ray/vLLM topology
+version_added: 0.1.0
+description:
+  - Checks that the inventory names exactly one Ray head, that every node has a unique fabric IP, and that
+    tensor x pipeline parallel ranks equal the cluster's GPUs and respect the model's largest working TP.
+  - Pure planning; touches no node. Every error names the field at fault and the fix.
+options:
+  heads:
+    description: Hosts of the C(ray_head) group.
+    type: list
+    elements: str
+    required: true
+  workers:
+    description: Hosts of the C(ray_workers) group.
+    type: list
+    elements: str
+    default: []
+  hostvars:
+    description: Per-host variables; each host needs C(sparkfleet_node_ip), may set C(sparkfleet_gpus_per_node).
+    type: dict
+    required: true
+  tensor_parallel_size:
+    description: vLLM C(--tensor-parallel-size).
+    type: int
+    required: true
+  pipeline_parallel_size:
+    description: vLLM C(--pipeline-parallel-size).
+    type: int
+    default: 1
+  max_tp:
+    description: The model's largest TP that loads correctly (MiMo-V2.5-Pro has 8 KV heads, so 8).
+    type: int
+  model:
+    description: Model name, used in messages.
+    type: str
+    default: ""
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+author:
+  - sparkfleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: Plan the cluster
+  sparkfleet.vllm.topology_plan:
+    heads: "{{ groups['ray_head'] }}"
+    workers: "{{ groups['ray_workers'] | default([]) }}"
+    hostvars: "{{ dict(groups['spark_cluster'] | zip(groups['spark_cluster'] | map('extract', hostvars))) }}"
+    tensor_parallel_size: 8
+    max_tp: 8
+  register: plan
+"""
+
+RETURN = r"""
+plan:
+  description: The topology the deploy follows.
+  returned: success
+  type: dict
+  sample:
+    head: spark-00
+    head_ip: 192.168.0.10
+    workers: [spark-01]
+    nodes: [spark-00, spark-01]
+    node_ips: {spark-00: 192.168.0.10, spark-01: 192.168.0.11}
+    node_count: 2
+    gpu_count: 2
+    tensor_parallel_size: 2
+    pipeline_parallel_size: 1
+    world_size: 2
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.topology import TopologyError, plan
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            heads=dict(type="list", elements="str", required=True),
+            workers=dict(type="list", elements="str", default=[]),
+            hostvars=dict(type="dict", required=True),
+            tensor_parallel_size=dict(type="int", required=True),
+            pipeline_parallel_size=dict(type="int", default=1),
+            max_tp=dict(type="int"),
+            model=dict(type="str", default=""),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        result = plan(p["heads"], p["workers"], p["hostvars"], p["tensor_parallel_size"],
+                      p["pipeline_parallel_size"], p["max_tp"], p["model"])
+    except TopologyError as exc:
+        module.fail_json(msg="inventory: %s" % exc)
+    module.exit_json(changed=False, plan=result)
+
+
+if __name__ == "__main__":
+    main()

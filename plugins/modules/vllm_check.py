@@ -1,0 +1,203 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: sparkfleet maintainers. MIT License (see LICENSE).
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vllm_check
+short_description: Prove that a vLLM endpoint is healthy and that its answers are coherent
+version_added: 0.1.0
+description:
+  - Checks C(/health) (200), C(/v1/models) (lists the served name), then sends every probe and judges each
+    answer: no degenerate repetition ("foss foss foss"), no soup of unrelated scripts, no NUL bytes, and
+    at least one of the probe's expected words.
+  - When the serve container is named, also compares the requested C(--moe-backend) with the backend the
+    startup log shows, and for MXFP8 checkpoints requires the MXFP8 GEMM line.
+  - Fails with every problem found, so a deploy never ends with a "healthy" server that emits garbage.
+options:
+  url:
+    description: Base URL of the endpoint.
+    type: str
+    required: true
+  served_model_name:
+    description: Model name to expect and to query.
+    type: str
+    required: true
+  api_key:
+    description: Bearer key for C(/v1).
+    type: str
+  probes:
+    description: Prompts and what their answers must contain.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      prompt:
+        description: The prompt (or the user message for C(kind=chat)).
+        type: str
+        required: true
+      expect_any:
+        description: Words of which the answer must contain one (case-insensitive).
+        type: list
+        elements: str
+        default: []
+      kind:
+        description: Completion or chat completion.
+        type: str
+        choices: [completion, chat]
+        default: completion
+      max_tokens:
+        description: Tokens to generate.
+        type: int
+        default: 16
+  scripts:
+    description: Unicode scripts an answer may use.
+    type: list
+    elements: str
+    default: [latin]
+  container_name:
+    description: The serve container whose startup log to check; empty to skip the log checks.
+    type: str
+    default: ""
+  moe_backend:
+    description: The MoE backend the command line requested.
+    type: str
+  expect_mxfp8:
+    description: Require the C(Using ... for MXFP8 GEMM) line.
+    type: bool
+    default: false
+  timeout:
+    description: Seconds per HTTP request.
+    type: int
+    default: 120
+attributes:
+  check_mode:
+    support: full
+    details: Only reads; runs the same in check mode.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+author:
+  - sparkfleet maintainers
+"""
+
+EXAMPLES = r"""
+- name: Verify the endpoint
+  sparkfleet.vllm.vllm_check:
+    url: http://192.168.0.10:8000
+    served_model_name: kimi-k2.5
+    probes:
+      - prompt: The capital of France is
+        expect_any: [Paris]
+        max_tokens: 10
+    container_name: sparkfleet-vllm
+    moe_backend: triton
+"""
+
+RETURN = r"""
+answers:
+  description: Each probe with its answer and verdict.
+  returned: always
+  type: list
+  elements: dict
+models:
+  description: Model IDs that C(/v1/models) listed.
+  returned: always
+  type: list
+  elements: str
+boot:
+  description: Facts from the startup log (when C(container_name) is set).
+  returned: when container_name is set
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import text_quality, vllm_logs
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._http import request
+
+
+def run_probe(base, name, probe, api_key, timeout):
+    if probe["kind"] == "chat":
+        body = {"model": name, "messages": [{"role": "user", "content": probe["prompt"]}],
+                "max_tokens": probe["max_tokens"], "temperature": 0.0}
+        status, reply = request(base + "/v1/chat/completions", body, api_key, timeout)
+        text = reply["choices"][0]["message"]["content"] if status == 200 else None
+    else:
+        body = {"model": name, "prompt": probe["prompt"], "max_tokens": probe["max_tokens"], "temperature": 0.0}
+        status, reply = request(base + "/v1/completions", body, api_key, timeout)
+        text = reply["choices"][0]["text"] if status == 200 else None
+    return status, reply, text
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", required=True),
+            served_model_name=dict(type="str", required=True),
+            api_key=dict(type="str", no_log=True),
+            probes=dict(type="list", elements="dict", required=True, options=dict(
+                prompt=dict(type="str", required=True),
+                expect_any=dict(type="list", elements="str", default=[]),
+                kind=dict(type="str", choices=["completion", "chat"], default="completion"),
+                max_tokens=dict(type="int", default=16),
+            )),
+            scripts=dict(type="list", elements="str", default=["latin"]),
+            container_name=dict(type="str", default=""),
+            moe_backend=dict(type="str"),
+            expect_mxfp8=dict(type="bool", default=False),
+            timeout=dict(type="int", default=120),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    base = p["url"].rstrip("/")
+    problems, answers, models, out = [], [], [], {}
+    try:
+        status, _ = request(base + "/health", None, None, p["timeout"])
+        if status != 200:
+            problems.append("/health answered %s" % status)
+        status, reply = request(base + "/v1/models", None, p["api_key"], p["timeout"])
+        if status == 200 and isinstance(reply, dict):
+            models = [m.get("id") for m in reply.get("data", [])]
+            if p["served_model_name"] not in models:
+                problems.append("/v1/models lists %s, not %s" % (models, p["served_model_name"]))
+        else:
+            problems.append("/v1/models answered %s" % status)
+        for probe in p["probes"]:
+            status, reply, text = run_probe(base, p["served_model_name"], probe, p["api_key"], p["timeout"])
+            if text is None:
+                problems.append("probe %r: HTTP %s %s" % (probe["prompt"], status, str(reply)[:200]))
+                answers.append({"prompt": probe["prompt"], "status": status, "ok": False})
+                continue
+            verdict = text_quality.assess(text, probe["expect_any"], tuple(p["scripts"]))
+            answers.append({"prompt": probe["prompt"], "answer": text, "ok": verdict["ok"],
+                            "reasons": verdict["reasons"], "metrics": verdict["metrics"]})
+            if not verdict["ok"]:
+                problems.append("probe %r answered %r: %s" % (probe["prompt"], text[:120], "; ".join(verdict["reasons"])))
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+        problems.append("endpoint %s: %s: %s" % (base, type(exc).__name__, exc))
+    if p["container_name"]:
+        from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker
+
+        _docker.require(module)
+        try:
+            container = _docker.current(_docker.connect(), p["container_name"])
+            if container is None:
+                problems.append("no serve container %s to read the startup log from" % p["container_name"])
+            else:
+                out["boot"] = vllm_logs.parse(_docker.logs(container))
+                problems += vllm_logs.backend_verdict(p["moe_backend"], out["boot"], p["expect_mxfp8"])
+        except _docker.DockerFailure as exc:
+            problems.append(str(exc))
+    if problems:
+        module.fail_json(msg="endpoint %s is not proven coherent: %s" % (base, " | ".join(problems)),
+                         answers=answers, models=models, **out)
+    module.exit_json(changed=False, answers=answers, models=models, **out)
+
+
+if __name__ == "__main__":
+    main()
