@@ -10,6 +10,7 @@ COLLECTION_LINK := collections/ansible_collections/sparkfleet/vllm
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export ANSIBLE_FORCE_COLOR ?= 0
 export PY_COLORS ?= 0
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: help deps host demo test lint unit integration sim-up sim-down sim-images bench
 

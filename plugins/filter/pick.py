@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: sparkfleet maintainers. MIT License (see LICENSE).
 """Keep only some keys of a mapping (for example the few host variables a planner needs)."""
 

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: sparkfleet maintainers. MIT License (see LICENSE).
 """The one way this collection talks to a node's Docker engine: the Docker SDK for Python.
 
@@ -44,7 +43,7 @@ def connect(timeout=600):
         cli.ping()
         return cli
     except DockerException as exc:
-        raise DockerFailure("cannot reach the Docker engine: %s" % exc)
+        raise DockerFailure("cannot reach the Docker engine: %s" % exc) from exc
 
 
 def image_id(cli, ref):
@@ -53,7 +52,7 @@ def image_id(cli, ref):
     except ImageNotFound:
         return None
     except APIError as exc:
-        raise DockerFailure("inspecting image %s: %s" % (ref, exc))
+        raise DockerFailure("inspecting image %s: %s" % (ref, exc)) from exc
 
 
 def spec_digest(spec):
@@ -95,7 +94,7 @@ def replace(cli, name, spec, role, digest=None):
         kwargs["labels"] = dict(kwargs.get("labels") or {}, **{SPEC_LABEL: digest, ROLE_LABEL: role})
         return cli.containers.run(name=name, detach=True, **kwargs)
     except (APIError, DockerException) as exc:
-        raise DockerFailure("starting container %s from %s: %s" % (name, spec.get("image"), exc))
+        raise DockerFailure("starting container %s from %s: %s" % (name, spec.get("image"), exc)) from exc
 
 
 def remove(cli, name):
@@ -105,7 +104,7 @@ def remove(cli, name):
     try:
         old.remove(force=True)
     except APIError as exc:
-        raise DockerFailure("removing container %s: %s" % (name, exc))
+        raise DockerFailure("removing container %s: %s" % (name, exc)) from exc
     return True
 
 
@@ -119,7 +118,7 @@ def exec_json(container, argv, env=None):
     try:
         return json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise DockerFailure("%s in %s printed no JSON: %s" % (argv[0], container.name, out[-500:]))
+        raise DockerFailure("%s in %s printed no JSON: %s" % (argv[0], container.name, out[-500:])) from None
 
 
 def logs(container, tail=None):

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: sparkfleet maintainers. MIT License (see LICENSE).
 """Small JSON-over-HTTP client for the OpenAI-compatible endpoint (Ansible's own ``open_url``)."""
 

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: sparkfleet maintainers. MIT License (see LICENSE).
 """The one way this collection asks Ray about its cluster: Ray's own API, as JSON, inside the Ray container.
 

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: sparkfleet maintainers. MIT License (see LICENSE).
 """Checkpoint integrity in the Hugging Face cache layout: framing, index, blob hashes, a manifest.
 
@@ -45,7 +44,7 @@ def read_header(path):
     try:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise ValueError("JSON header does not parse: %s" % exc)
+        raise ValueError("JSON header does not parse: %s" % exc) from exc
     return header, 8 + n
 
 

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: sparkfleet maintainers. MIT License (see LICENSE).
 """The patched vLLM+Ray image: its build context and its content-addressed tag (pure functions)."""
 

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: sparkfleet maintainers. MIT License (see LICENSE).
 """Pure readings of Ray's own node table (``ray.nodes()``, the GCS view) for the readiness gate."""
 

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: sparkfleet maintainers. MIT License (see LICENSE).
 """The `vllm serve` command line, built from the recipe (pure). Secrets never reach it."""
 

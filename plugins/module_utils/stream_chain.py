@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: sparkfleet maintainers. MIT License (see LICENSE).
 """A pipelined peer-to-peer chain for large artifacts (images, weights).
 
@@ -76,7 +75,7 @@ def receive(port, session, sink_argv, forward=None, bind="0.0.0.0", accept_timeo
     try:
         conn, _ = server.accept()
     except socket.timeout:
-        raise ChainError("no stream arrived on %s:%s within %ss" % (bind, port, accept_timeout))
+        raise ChainError("no stream arrived on %s:%s within %ss" % (bind, port, accept_timeout)) from None
     finally:
         server.close()
     start = time.monotonic()
@@ -135,8 +134,14 @@ def send(source_argv, host, port, session, connect_timeout=300):
             sock.sendall(chunk)
             digest.update(chunk)
             total += len(chunk)
+    except OSError as exc:
+        src.kill()
+        raise ChainError("%s:%s closed the stream after %d bytes: %s" % (host, port, total, exc)) from exc
     finally:
-        sock.shutdown(socket.SHUT_WR)
+        try:
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # the receiver already closed (it refused the stream or failed); it reports why
         sock.close()
     err = src.stderr.read().decode(errors="replace")
     rc = src.wait()

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: sparkfleet maintainers. MIT License (see LICENSE).
 """Is a completion text, or garbage? A pure verdict, used as a deploy gate.
 

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: sparkfleet maintainers. MIT License (see LICENSE).
 """The Ray and vLLM environment for a cluster, planned once and set identically on every node.
 

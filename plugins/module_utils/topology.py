@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: sparkfleet maintainers. MIT License (see LICENSE).
 """Inventory validation and the topology plan: which node is the Ray head, how ranks map onto GPUs.
 
@@ -19,7 +18,7 @@ def _ip(host, value):
         return str(ipaddress.ip_address(str(value)))
     except ValueError:
         raise TopologyError("host %s: sparkfleet_node_ip %r is not an IP address; set it to the node's fabric IP"
-                            % (host, value))
+                            % (host, value)) from None
 
 
 def plan(heads, workers, hostvars, tensor_parallel_size, pipeline_parallel_size=1, max_tp=None, model=""):
@@ -51,7 +50,8 @@ def plan(heads, workers, hostvars, tensor_parallel_size, pipeline_parallel_size=
     seen = {}
     for host, ip in ips.items():
         if ip in seen:
-            raise TopologyError("hosts %s and %s share sparkfleet_node_ip %s; each node needs its own" % (seen[ip], host, ip))
+            raise TopologyError("hosts %s and %s share sparkfleet_node_ip %s; each node needs its own"
+                                % (seen[ip], host, ip))
         seen[ip] = host
     tp, pp = int(tensor_parallel_size), int(pipeline_parallel_size)
     if tp < 1 or pp < 1:
@@ -61,7 +61,8 @@ def plan(heads, workers, hostvars, tensor_parallel_size, pipeline_parallel_size=
     if max_tp and tp > int(max_tp):
         raise TopologyError("tensor_parallel_size=%d exceeds %s's max_tp of %d; keep TP <= %d and use "
                             "pipeline_parallel_size (TP=%d x PP=%d) for the other nodes"
-                            % (tp, model or "the model", int(max_tp), int(max_tp), int(max_tp), max(1, total // int(max_tp))))
+                            % (tp, model or "the model", int(max_tp), int(max_tp), int(max_tp),
+                               max(1, total // int(max_tp))))
     if world != total:
         raise TopologyError("tensor_parallel_size x pipeline_parallel_size = %d x %d = %d ranks, but the inventory "
                             "has %d GPUs on %d nodes; make them equal (add or remove nodes, or change the sizes)"

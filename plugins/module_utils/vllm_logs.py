@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: sparkfleet maintainers. MIT License (see LICENSE).
 """The vLLM startup log lines a checker can rely on (0.10-0.34), and pure readers over them.
 

@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 # Copyright: sparkfleet maintainers. MIT License (see LICENSE).
 """Waiting done one way everywhere: a probe, a pure predicate, a clock and a deadline.
 

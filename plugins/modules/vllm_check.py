@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: sparkfleet maintainers. MIT License (see LICENSE).
 
 from __future__ import annotations
@@ -11,8 +10,8 @@ short_description: Prove that a vLLM endpoint is healthy and that its answers ar
 version_added: 0.1.0
 description:
   - Checks C(/health) (200), C(/v1/models) (lists the served name), then sends every probe and judges each
-    answer: no degenerate repetition ("foss foss foss"), no soup of unrelated scripts, no NUL bytes, and
-    at least one of the probe's expected words.
+    answer. An answer fails on degenerate repetition ("foss foss foss"), a soup of unrelated scripts, NUL
+    bytes, or when it lacks all of the probe's expected words.
   - When the serve container is named, also compares the requested C(--moe-backend) with the backend the
     startup log shows, and for MXFP8 checkpoints requires the MXFP8 GEMM line.
   - Fails with every problem found, so a deploy never ends with a "healthy" server that emits garbage.
@@ -177,7 +176,8 @@ def main():
             answers.append({"prompt": probe["prompt"], "answer": text, "ok": verdict["ok"],
                             "reasons": verdict["reasons"], "metrics": verdict["metrics"]})
             if not verdict["ok"]:
-                problems.append("probe %r answered %r: %s" % (probe["prompt"], text[:120], "; ".join(verdict["reasons"])))
+                problems.append("probe %r answered %r: %s"
+                                % (probe["prompt"], text[:120], "; ".join(verdict["reasons"])))
     except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
         problems.append("endpoint %s: %s: %s" % (base, type(exc).__name__, exc))
     if p["container_name"]:

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: sparkfleet maintainers. MIT License (see LICENSE).
 
 from __future__ import annotations
@@ -17,7 +16,9 @@ description:
   - Reports the vLLM, Ray and torch versions inside the image, and torch's compiled CUDA arch list.
 options:
   base_image:
-    description: The vLLM image to build from (for example C(vllm/vllm-openai:nightly)). Must exist in the node's engine.
+    description:
+      - The vLLM image to build from (for example C(vllm/vllm-openai:nightly)).
+      - It must already be in the Docker engine of the node that builds.
     type: str
     required: true
   ray_version:

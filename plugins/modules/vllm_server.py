@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: sparkfleet maintainers. MIT License (see LICENSE).
 
 from __future__ import annotations
@@ -169,7 +168,8 @@ def main():
     _docker.require(module)
     p = module.params
     try:
-        argv = None if p["state"] == "absent" else serve_argv(p["model_path"], p["served_model_name"], p["tensor_parallel_size"],
+        argv = None if p["state"] == "absent" else serve_argv(
+            p["model_path"], p["served_model_name"], p["tensor_parallel_size"],
                           p["pipeline_parallel_size"], p["port"], p["host"], p["extra_args"])
     except ValueError as exc:
         module.fail_json(msg="vllm_server: %s" % exc)
@@ -204,7 +204,7 @@ def main():
         run_spec = dict(spec, environment=dict(env, VLLM_API_KEY=p["api_key"]) if p["api_key"] else env)
         container = _docker.replace(cli, name, run_spec, "vllm-serve", digest=digest)
         try:
-            _, desc, waited = follow(container, p["startup_timeout"])
+            _, _, waited = follow(container, p["startup_timeout"])
         except (WaitAborted, WaitTimeout) as exc:
             tail = _docker.logs(container, tail=40)
             module.fail_json(msg="vllm serve on %s failed to boot: %s\n--- last log lines ---\n%s"

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 # Copyright: sparkfleet maintainers. MIT License (see LICENSE).
 
 from __future__ import annotations
@@ -116,14 +115,16 @@ STAGING = ".sparkfleet-incoming"
 
 
 def publish(stage_repo, final_repo, revision):
-    """Move verified blobs, then the snapshot's links, into place. Returns blobs moved."""
+    """Move verified blobs, then the snapshot's links, into place. Returns blobs moved.
+
+    Every staged blob has just been verified against its name, so it replaces whatever is there under that
+    name (a blob name is its content hash: a good copy is identical, a bad one gets repaired). Blobs of
+    other revisions are not in the stream and stay as they are.
+    """
     moved = 0
     os.makedirs(os.path.join(final_repo, "blobs"), exist_ok=True)
     for blob in sorted(os.listdir(os.path.join(stage_repo, "blobs"))):
-        dst = os.path.join(final_repo, "blobs", blob)
-        if os.path.exists(dst) and os.path.getsize(dst) == os.path.getsize(os.path.join(stage_repo, "blobs", blob)):
-            continue
-        os.replace(os.path.join(stage_repo, "blobs", blob), dst)
+        os.replace(os.path.join(stage_repo, "blobs", blob), os.path.join(final_repo, "blobs", blob))
         moved += 1
     src_snap = os.path.join(stage_repo, "snapshots", revision)
     dst_snap = os.path.join(final_repo, "snapshots", revision)

@@ -32,7 +32,7 @@ import zipfile
 from pathlib import Path
 
 import docker
-from docker.errors import APIError, ImageNotFound, NotFound
+from docker.errors import ImageNotFound, NotFound
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -321,7 +321,7 @@ def cmd_up(args) -> None:
     base_image = ensure_vllm_base_image(client)
     key, pubkey = ensure_ssh_key()
     sys.path.insert(0, str(HERE))
-    import make_checkpoint  # noqa: PLC0415  (test-bed helper beside this file)
+    import make_checkpoint
 
     ckpt = make_checkpoint.ensure_cached(CACHE / "checkpoints", flavour=args.flavour)
     containers = [start_node(client, i, node_image, pubkey) for i in range(args.nodes)]

@@ -29,6 +29,7 @@ import re
 import sys
 import threading
 import time
+import typing
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import metadata
@@ -139,7 +140,7 @@ def shard_files(model: Path) -> list[str]:
 
 def load_shards(model_dir: str, files: list[str], rank: int, world: int, fault: dict) -> dict:
     """What one rank does on its own node: open and read every shard (vLLM's default loader)."""
-    from safetensors import safe_open  # noqa: PLC0415 (imported inside the Ray worker process)
+    from safetensors import safe_open  # imported here: this runs inside the Ray worker process
 
     if "slow_load" in fault:
         time.sleep(float(fault["slow_load"] or 30))
@@ -152,7 +153,7 @@ def load_shards(model_dir: str, files: list[str], rank: int, world: int, fault: 
         path = Path(model_dir) / name
         with safe_open(str(path), framework="numpy") as f:  # validates header framing and buffer length
             n_tensors = len(list(f.keys()))
-        with open(path, "rb") as fh:  # noqa: PTH123
+        with open(path, "rb") as fh:
             while chunk := fh.read(1 << 20):
                 h.update(chunk)
                 nbytes += len(chunk)
@@ -165,9 +166,9 @@ class Engine:
     """Ray placement + the rank workers. Keeps the bundles reserved while the server runs."""
 
     def __init__(self, args: argparse.Namespace, model: Path, files: list[str], fault: dict) -> None:
-        import ray  # noqa: PLC0415
-        from ray.util.placement_group import placement_group  # noqa: PLC0415
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # noqa: PLC0415
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self.ray = ray
         self.world = args.tensor_parallel_size * args.pipeline_parallel_size
@@ -272,18 +273,14 @@ def answer(prompt: str, max_tokens: int, fault: dict) -> str:
         return " " + " ".join(["foss"] * max(1, max_tokens))
     if "script_soup" in fault:
         return SOUP
-    for pattern, text in CANNED:
-        if pattern.search(prompt):
-            break
-    else:
-        text = GENERIC
+    text = next((canned for pattern, canned in CANNED if pattern.search(prompt)), GENERIC)
     words = re.findall(r"\s*\S+", text)
     return "".join(words[: max(1, max_tokens)])
 
 
 class Api(BaseHTTPRequestHandler):
     server_version = "uvicorn"
-    state: dict = {}
+    state: typing.ClassVar[dict] = {}
 
     def log_message(self, fmt: str, *args) -> None:
         uvicorn(f'{self.client_address[0]}:{self.client_address[1]} - "{self.requestline}" {args[1]}')
@@ -305,7 +302,7 @@ class Api(BaseHTTPRequestHandler):
         self.reply(401, {"error": "Unauthorized"})
         return False
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         if self.path == "/health":
             return self.reply(200)
         if not self.authorised():
@@ -322,7 +319,7 @@ class Api(BaseHTTPRequestHandler):
             return self.reply(200, text, "text/plain; version=0.0.4")
         return self.reply(404, {"detail": "Not Found"})
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         if not self.authorised():
             return None
         try:
