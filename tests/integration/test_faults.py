@@ -1,0 +1,107 @@
+"""Faults injected into one running simulated cluster: each must end the deploy early and clearly.
+
+Order matters: every test injects a fault, observes the failure, and the next deploy repairs it.
+"""
+
+import json
+
+import pytest
+from conftest import HEAD, deploy, node_exec
+
+pytestmark = pytest.mark.usefixtures("sim_cluster")
+
+
+def fault(name):
+    return {"vllm_serve_env": {"SPARKFLEET_SIM_FAULT": name}}
+
+
+def started_at(node, container):
+    res = node_exec(node, "docker", "inspect", "--format", "{{.State.StartedAt}}", container)
+    return res.stdout.strip()
+
+
+def test_degenerate_output_fails_at_verify():
+    """Seed 000: healthy /health and /v1/models, then "foss foss foss"."""
+    rc, out = deploy(fault("degenerate"))
+    assert rc != 0
+    assert "is not proven coherent" in out
+    assert "degenerate repetition" in out and "foss foss" in out
+
+
+def test_script_soup_fails_at_verify():
+    """Seed 004's garbage signatures (あるい, ייך, *\\0)."""
+    rc, out = deploy(fault("script_soup"))
+    assert rc != 0
+    assert "unexpected scripts" in out and "control/NUL characters" in out
+
+
+def test_wrong_backend_in_the_logs_fails():
+    rc, out = deploy(fault("wrong_backend"))
+    assert rc != 0
+    assert "requested --moe-backend marlin, but vLLM resolved FLASHINFER_CUTLASS" in out
+
+
+def test_crash_during_load_fails_at_serve_with_the_log():
+    rc, out = deploy(fault("crash_on_load"))
+    assert rc != 0
+    assert "failed to boot" in out
+    assert "RayWorkerProc rank=3 died unexpectedly" in out
+
+
+def test_repair_restores_a_coherent_endpoint():
+    rc, out = deploy()
+    assert rc == 0, out[-4000:]
+    assert "Paris" in out
+
+
+def test_corrupt_shard_on_a_worker_is_found_and_repaired():
+    node = "sparkfleet-sim-node-2"
+    snap = "/root/.cache/huggingface/hub/models--sparkfleet-sim--MiMo-V2.5-Pro-tiny/snapshots"
+    res = node_exec(node, "sh", "-c", f"f=$(readlink -f {snap}/*/model-00002-of-00004.safetensors); "
+                                      "truncate -s -64 $f; echo $f")
+    blob = res.stdout.strip()
+    assert blob, res.stderr
+    rc, out = deploy()
+    assert rc == 0, out[-4000:]
+    assert "Receive the weights stream" in out
+    check = node_exec(node, "sh", "-c", f"sha256sum < {blob} | cut -d' ' -f1")
+    assert check.stdout.strip() == blob.rsplit("/", 1)[1]
+
+
+def test_bad_topology_fails_before_touching_a_node():
+    before = started_at(HEAD, "sparkfleet-vllm")
+    rc, out = deploy({"sparkfleet_tensor_parallel_size": 3})
+    assert rc != 0
+    assert "3 x 1 = 3 ranks, but the inventory has 4 GPUs on 4 nodes" in out
+    assert started_at(HEAD, "sparkfleet-vllm") == before
+
+
+def test_missing_base_image_fails_on_the_head_only():
+    before = [started_at(f"sparkfleet-sim-node-{i}", "sparkfleet-ray") for i in range(4)]
+    rc, out = deploy({"sparkfleet_base_image": "sparkfleet-sim/no-such-image:1"})
+    assert rc != 0
+    assert "base_image sparkfleet-sim/no-such-image:1 is not in the Docker engine of this node" in out
+    assert [started_at(f"sparkfleet-sim-node-{i}", "sparkfleet-ray") for i in range(4)] == before
+
+
+def test_api_key_protects_v1_and_never_reaches_argv_or_output():
+    secret = "sk-sim-7f3c9e1d"  # a test key, generated for this run only
+    rc, out = deploy({"sparkfleet_api_key": secret})
+    assert rc == 0, out[-4000:]
+    assert secret not in out
+    args = node_exec(HEAD, "docker", "inspect", "--format", "{{json .Config.Cmd}}", "sparkfleet-vllm").stdout
+    assert secret not in args and "--api-key" not in args
+    anonymous = node_exec(HEAD, "python3", "-c",
+                          "import urllib.request as u, urllib.error as e\n"
+                          "try: u.urlopen('http://172.29.0.10:8000/v1/models')\n"
+                          "except e.HTTPError as x: print(x.code)")
+    assert anonymous.stdout.strip() == "401"
+    rc, out = deploy()  # back to the open endpoint for the tests that follow
+    assert rc == 0, out[-4000:]
+
+
+def test_second_run_changes_nothing():
+    rc, out = deploy()
+    assert rc == 0
+    recap = [line for line in out.splitlines() if "changed=" in line and "ok=" in line]
+    assert recap and all("changed=0" in line for line in recap), json.dumps(recap)
