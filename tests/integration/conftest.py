@@ -16,7 +16,7 @@ HEAD = "sparkfleet-sim-node-0"
 
 
 def sh(argv, timeout=1800, **kw):
-    return subprocess.run(argv, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout, **kw)
+    return subprocess.run(argv, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout, check=False, **kw)
 
 
 def deploy(extra=None, playbook="playbooks/deploy_mimo.yml"):

@@ -4,6 +4,7 @@ Order matters: every test injects a fault, observes the failure, and the next de
 """
 
 import json
+import secrets
 
 import pytest
 from conftest import HEAD, deploy, node_exec
@@ -85,7 +86,7 @@ def test_missing_base_image_fails_on_the_head_only():
 
 
 def test_api_key_protects_v1_and_never_reaches_argv_or_output():
-    secret = "sk-sim-7f3c9e1d"  # a test key, generated for this run only
+    secret = "sk-sim-" + secrets.token_hex(8)  # generated for this run only
     rc, out = deploy({"sparkfleet_api_key": secret})
     assert rc == 0, out[-4000:]
     assert secret not in out
