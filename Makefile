@@ -22,7 +22,7 @@ help:
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip==24.3.1
-	$(BIN)/pip install --quiet -r requirements.txt -r requirements-dev.txt
+	$(BIN)/pip install --quiet -c constraints.txt -r requirements.txt -r requirements-dev.txt
 	touch $@
 
 $(COLLECTION_LINK):
