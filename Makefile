@@ -57,5 +57,5 @@ unit: deps
 test: deps host lint
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
-bench: deps
-	@echo "make bench: no benchmark yet (the image-distribution benchmark arrives with the image issue)"
+bench: deps host
+	$(BIN)/python benchmarks/image_distribution.py

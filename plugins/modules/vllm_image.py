@@ -30,6 +30,21 @@ options:
     type: list
     elements: str
     default: []
+  patches:
+    description:
+      - vLLM source patches to apply in the build, by id (V(marlin_chunked_repack), V(modelopt_mxfp8_dispatch),
+        V(mxfp8_scale_name), V(mimo_qkv_split), V(wna16_moe_backend)).
+      - Each is reported as applied, already applied, fixed upstream (skipped) or anchor not found.
+    type: list
+    elements: str
+    default: []
+  required_patches:
+    description:
+      - Patches that must not end in "anchor not found". A dry run in a container of the base image checks
+        this before anything is built; the error names the patch, the file, the vLLM version and the anchor.
+    type: list
+    elements: str
+    default: []
   build_args:
     description: Extra Docker build arguments.
     type: dict
@@ -79,18 +94,58 @@ built:
   returned: always
   type: bool
 versions:
-  description: Versions found inside the image, and torch's compiled arch list (or null without torch).
+  description: Versions found inside the image, torch's compiled arch list (or null without torch), and the
+    per-patch report of the build.
   returned: when the image exists
   type: dict
-  sample: {vllm: 0.21.0, ray: 2.60.0, torch: null, torch_arch_list: null}
+  sample: {vllm: 0.21.0, ray: 2.60.0, torch: null, torch_arch_list: null,
+           patches: [{id: mimo_qkv_split, verdict: applied, target: model_executor/models/mimo_v2.py}]}
+patch_plan:
+  description: The dry run's per-patch verdicts against the base image (what the build will do).
+  returned: when patches are requested and a build is needed
+  type: list
+  elements: dict
 """
 
 import json
+import os
+import shutil
+import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker
-from ansible_collections.sparkfleet.vllm.plugins.module_utils.image_build import context_tar, render, tag_for
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, patches
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.image_build import (
+    context_tar,
+    parse_patch_output,
+    patch_sources,
+    render,
+    tag_for,
+)
+
+
+def dry_run_patches(cli, base, files, ids, required):
+    """Judge the patches against the base image's own vLLM sources, changing nothing."""
+    tmp = tempfile.mkdtemp(prefix="sparkfleet-patches-")
+    try:
+        for rel, text in files.items():
+            path = os.path.join(tmp, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as fh:
+                fh.write(text)
+        container = cli.containers.run(
+            base, ["python3", "/sparkfleet/apply_patches.py", "/sparkfleet", "dry-run", ",".join(ids),
+                   ",".join(required)],
+            entrypoint=[], detach=True, network_mode="none",
+            volumes={tmp: {"bind": "/sparkfleet", "mode": "ro"}})
+        try:
+            container.wait(timeout=300)
+            out = _docker.logs(container)
+        finally:
+            container.remove(force=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return parse_patch_output(out), out
 
 
 def read_versions(cli, tag):
@@ -99,16 +154,19 @@ def read_versions(cli, tag):
     return json.loads(out.decode())
 
 
-def build(cli, tag, dockerfile, ray_version, build_args):
+def build(cli, tag, dockerfile, ray_version, build_args, files):
     args = dict(build_args or {}, RAY_VERSION=ray_version)
     log, error = [], None
-    for chunk in cli.api.build(fileobj=context_tar(dockerfile), custom_context=True, tag=tag, rm=True,
+    for chunk in cli.api.build(fileobj=context_tar(dockerfile, files), custom_context=True, tag=tag, rm=True,
                            forcerm=True, pull=False, network_mode="host", buildargs=args, decode=True):
         if "stream" in chunk:
             log.append(chunk["stream"])
         if "error" in chunk:
             error = chunk["error"]
     if error:
+        _, patch_error = parse_patch_output("".join(log))
+        if patch_error:
+            raise _docker.DockerFailure("building %s failed: %s" % (tag, patch_error))
         raise _docker.DockerFailure("building %s failed: %s\n%s" % (tag, error.strip(), "".join(log)[-3000:]))
     return "".join(log)
 
@@ -119,6 +177,8 @@ def main():
             base_image=dict(type="str", required=True),
             ray_version=dict(type="str", required=True),
             pip_packages=dict(type="list", elements="str", default=[]),
+            patches=dict(type="list", elements="str", default=[]),
+            required_patches=dict(type="list", elements="str", default=[]),
             build_args=dict(type="dict", default={}),
             tag_prefix=dict(type="str", default="sparkfleet/vllm"),
             build_timeout=dict(type="int", default=3600),
@@ -128,23 +188,42 @@ def main():
     _docker.require(module)
     p = module.params
     try:
+        patches.select(p["patches"] + p["required_patches"])
+    except ValueError as exc:
+        module.fail_json(msg="vllm_image: %s" % exc)
+    stray = sorted(set(p["required_patches"]) - set(p["patches"]))
+    if stray:
+        module.fail_json(msg="vllm_image: required_patches %s are not in patches; add them there" % ", ".join(stray))
+    files = patch_sources(patches)  # always in the image: it can judge its own sources later
+    try:
         cli = _docker.connect(timeout=p["build_timeout"])
         base_id = _docker.image_id(cli, p["base_image"])
         if base_id is None:
             module.fail_json(msg="base_image %s is not in the Docker engine of this node; load or pull it there "
                                  "first (docker pull / docker load)" % p["base_image"])
         try:
-            dockerfile = render(p["base_image"], base_id, p["ray_version"], p["pip_packages"])
+            dockerfile = render(p["base_image"], base_id, p["ray_version"], p["pip_packages"], p["patches"],
+                                p["required_patches"])
         except ValueError as exc:
             module.fail_json(msg=str(exc))
-        tag = tag_for(p["tag_prefix"], base_id, p["ray_version"], dockerfile, p["build_args"])
+        tag = tag_for(p["tag_prefix"], base_id, p["ray_version"], dockerfile, p["build_args"], files)
         existing = _docker.image_id(cli, tag)
         if existing:
             module.exit_json(changed=False, built=False, tag=tag, image_id=existing,
                              versions=read_versions(cli, tag))
+        plan = None
+        if p["patches"]:
+            (plan, patch_error), out = dry_run_patches(cli, p["base_image"], files, p["patches"],
+                                                       p["required_patches"])
+            if patch_error:
+                module.fail_json(msg="vllm_image: %s (base image %s; nothing was built)"
+                                     % (patch_error, p["base_image"]))
+            if plan is None:
+                module.fail_json(msg="vllm_image: the base image %s could not run the patch check: %s"
+                                     % (p["base_image"], out[-1500:]))
         if module.check_mode:
-            module.exit_json(changed=True, built=False, tag=tag, image_id="unknown")
-        build(cli, tag, dockerfile, p["ray_version"], p["build_args"])
+            module.exit_json(changed=True, built=False, tag=tag, image_id="unknown", patch_plan=plan)
+        build(cli, tag, dockerfile, p["ray_version"], p["build_args"], files)
         versions = read_versions(cli, tag)
     except _docker.DockerFailure as exc:
         module.fail_json(msg=str(exc))
@@ -152,7 +231,8 @@ def main():
         module.fail_json(msg="vllm_image: the image does not start: %s" % exc)
     if versions.get("ray") != p["ray_version"]:
         module.fail_json(msg="image %s has Ray %s, expected %s" % (tag, versions.get("ray"), p["ray_version"]))
-    module.exit_json(changed=True, built=True, tag=tag, image_id=_docker.image_id(cli, tag), versions=versions)
+    module.exit_json(changed=True, built=True, tag=tag, image_id=_docker.image_id(cli, tag), versions=versions,
+                     patch_plan=plan)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 ENV = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", NO_COLOR="1", PY_COLORS="0",
+           ANSIBLE_CALLBACK_RESULT_FORMAT="json",
            PATH=f"{BIN}:{os.environ.get('PATH', '')}")
 HEAD = "sparkfleet-sim-node-0"
 

@@ -101,6 +101,57 @@ def test_api_key_protects_v1_and_never_reaches_argv_or_output():
     assert rc == 0, out[-4000:]
 
 
+def test_image_reports_each_patch_verdict():
+    rc, out = deploy()
+    assert rc == 0
+    for pid in ("marlin_chunked_repack", "modelopt_mxfp8_dispatch", "mxfp8_scale_name", "mimo_qkv_split"):
+        assert f"{pid}: applied" in out
+
+
+def test_unpatched_mimo_image_is_caught_as_garbage():
+    """Seed 004 without its patches: MXFP8 attention falls back to unquantized and the model babbles."""
+    rc, out = deploy({"sparkfleet_patches": [], "sparkfleet_required_patches": []})
+    assert rc != 0
+    assert "unexpected scripts" in out
+    assert "MXFP8 attention fell back to UnquantizedLinearMethod" in out
+
+
+def test_unknown_patch_id_fails_before_any_build():
+    rc, out = deploy({"sparkfleet_patches": ["no_such_patch"], "sparkfleet_required_patches": []})
+    assert rc != 0
+    assert "unknown patch id no_such_patch; known: marlin_chunked_repack" in out
+
+
+def test_ray_version_that_does_not_exist_fails_the_build():
+    rc, out = deploy({"sparkfleet_ray_version": "9.9.9"})
+    assert rc != 0
+    assert "building sparkfleet/vllm:" in out and "ray==9.9.9" in out
+
+
+KIMI = {"sparkfleet_model_repo_id": "sparkfleet-sim/Kimi-K2.5-tiny",
+        "sparkfleet_model_revision": "7b662e36fdd03c02db1a24e82cdc6fae7f1e20b3"}
+
+
+def test_kimi_on_vllm_021_without_the_patch_is_seed_000():
+    """--moe-backend triton reaches the command line, Marlin is bound anyway, the answer is foss foss foss."""
+    rc, out = deploy(dict(KIMI, sparkfleet_patches=[], sparkfleet_required_patches=[]),
+                     playbook="playbooks/deploy_kimi.yml")
+    assert rc != 0
+    assert "requested --moe-backend triton, but vLLM resolved MARLIN" in out
+    assert "foss foss" in out
+
+
+def test_kimi_with_the_wna16_patch_uses_triton_and_is_coherent():
+    rc, out = deploy(KIMI, playbook="playbooks/deploy_kimi.yml")
+    assert rc == 0, out[-4000:]
+    assert "wna16_moe_backend: applied" in out and "MoE backend triton" in out and "Paris" in out
+
+
+def test_back_to_mimo():
+    rc, out = deploy()
+    assert rc == 0, out[-4000:]
+
+
 def test_second_run_changes_nothing():
     rc, out = deploy()
     assert rc == 0

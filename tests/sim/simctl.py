@@ -8,7 +8,7 @@ for by ``tests/sim/standin/vllm_standin.py``.
 
 Commands:
   images            build (or reuse) the node image and the stand-in vLLM base image
-  up --nodes N      start N nodes (node 0 is the Ray head), ship the base image and the checkpoint to node 0
+  up --nodes N      start N nodes (node 0 is the Ray head), ship the base image and the checkpoints to node 0
   down              remove the nodes, their volumes and the network (cached images stay)
   status            print the nodes as JSON
 
@@ -302,9 +302,9 @@ def ship_checkpoint(container, hub_dir: Path) -> None:
     container.put_archive("/root/.cache/huggingface/hub", buf.getvalue())
 
 
-def write_state(nodes: list[dict], key: Path, base_image: str, checkpoint: dict) -> None:
+def write_state(nodes: list[dict], key: Path, base_image: str, checkpoints: dict) -> None:
     STATE.mkdir(parents=True, exist_ok=True)
-    state = {"nodes": nodes, "ssh_key": str(key), "base_image": base_image, "checkpoint": checkpoint}
+    state = {"nodes": nodes, "ssh_key": str(key), "base_image": base_image, "checkpoints": checkpoints}
     (STATE / "state.json").write_text(json.dumps(state, indent=2) + "\n")
 
 
@@ -323,7 +323,7 @@ def cmd_up(args) -> None:
     sys.path.insert(0, str(HERE))
     import make_checkpoint
 
-    ckpt = make_checkpoint.ensure_cached(CACHE / "checkpoints", flavour=args.flavour)
+    ckpts = {f: make_checkpoint.ensure_cached(CACHE / "checkpoints", flavour=f) for f in make_checkpoint.FLAVOURS}
     containers = [start_node(client, i, node_image, pubkey) for i in range(args.nodes)]
     for extra in client.containers.list(all=True, filters={"label": "sparkfleet.sim=node"}):
         if int(extra.labels.get("sparkfleet.sim.index", "0")) >= args.nodes:
@@ -332,10 +332,12 @@ def cmd_up(args) -> None:
     for c in containers:
         wait_node_ready(c)
     ship_image(client, containers[0], base_image)
-    ship_checkpoint(containers[0], Path(ckpt["hub_dir"]))
+    for ckpt in ckpts.values():  # the head is the seed node of every checkpoint
+        ship_checkpoint(containers[0], Path(ckpt["hub_dir"]))
     nodes = [{"name": c.name, "ip": node_ip(i), "index": i} for i, c in enumerate(containers)]
-    write_state(nodes, key, base_image, ckpt)
-    print(json.dumps({"nodes": nodes, "base_image": base_image, "checkpoint": ckpt["repo_id"]}, indent=2))
+    write_state(nodes, key, base_image, ckpts)
+    print(json.dumps({"nodes": nodes, "base_image": base_image,
+                      "checkpoints": {f: [c["repo_id"], c["revision"]] for f, c in ckpts.items()}}, indent=2))
 
 
 def cmd_down(args) -> None:
@@ -369,7 +371,6 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser("images").set_defaults(fn=cmd_images)
     up = sub.add_parser("up")
     up.add_argument("--nodes", type=int, default=4)
-    up.add_argument("--flavour", default="mimo", choices=["mimo", "kimi"])
     up.set_defaults(fn=cmd_up)
     sub.add_parser("down").set_defaults(fn=cmd_down)
     sub.add_parser("status").set_defaults(fn=cmd_status)

@@ -11,6 +11,11 @@ It is not vLLM and nothing the collection ships depends on it. What it does for 
   * serves /health, /v1/models, /v1/completions, /v1/chat/completions and /metrics, with canned,
     coherent answers to known probe prompts.
 
+Like real inference on GB10, its answers depend on the vLLM source files in the image (the files the
+collection's patches rewrite). A MiMo checkpoint gives seed 004's garbage until the MXFP8 dispatch, the
+scale name and the qkv split are fixed ("あるい", then "ייך", then "*\0"); a Kimi checkpoint served by the
+Marlin WNA16 MoE kernel answers "foss foss foss" (seed 000).
+
 SPARKFLEET_SIM_FAULT (comma separated) makes it misbehave:
   degenerate       completions collapse into "foss foss foss ..."
   script_soup      completions are a soup of scripts ("あるい ייך ...")
@@ -91,14 +96,49 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return p.parse_known_args(argv)
 
 
+# ------------------------------------------------------------------------- what the image's vLLM does
+def vllm_source(rel: str) -> str:
+    """A source file of the vllm package in this image ("" when absent)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return ""
+    path = Path(next(iter(spec.submodule_search_locations))) / rel
+    return path.read_text() if path.exists() else ""
+
+
+def mxfp8_dispatch_ok() -> bool:
+    src = vllm_source("model_executor/layers/quantization/modelopt.py")
+    return 'if quant_algo == "MXFP8"' in src or re.search(r"LINEAR_ALGOS[^=]*=\s*\{[^}]*\"MXFP8\"", src) is not None
+
+
+def mimo_garbage() -> str | None:
+    """Seed 004's progression: each missing fix has its own signature."""
+    mimo = vllm_source("model_executor/models/mimo_v2.py")
+    if not mxfp8_dispatch_ok():
+        return " あるいあるい あるい 。あるい"  # MXFP8 attention fell through to UnquantizedLinearMethod
+    if "_sparkfleet_scale_name" not in mimo:
+        return " ייך ייך ייךייך"  # weight_scale_inv never landed: zero scales
+    if "_sparkfleet_load_plain_qkv" not in mimo:
+        return " *\0*\0*\0*\0"  # Q rows posing as K and V on 7 of 8 ranks
+    return None
+
+
+def wna16_honours_backend() -> bool:
+    src = vllm_source("model_executor/layers/quantization/compressed_tensors/compressed_tensors_moe/"
+                      "compressed_tensors_moe.py")
+    return VTUPLE >= (0, 27) or "_sparkfleet_requested_moe_backend" in src
+
+
 # -------------------------------------------------------------------------------------- kernel choice
 def moe_backend_lines(quant: dict, requested: str, fault: dict) -> list[str]:
     """The MoE/quant selection lines real vLLM prints for this checkpoint, version and request."""
     method = quant.get("quant_method", "")
     lines: list[str] = []
     if method == "compressed-tensors":
-        triton = requested == "triton" and VTUPLE >= (0, 27) and "wrong_backend" not in fault
-        if requested == "triton" and (0, 25) <= VTUPLE < (0, 27):
+        triton = requested == "triton" and wna16_honours_backend() and "wrong_backend" not in fault
+        if requested == "triton" and (0, 25) <= VTUPLE < (0, 27) and not wna16_honours_backend():
             raise ValueError("--moe-backend triton is not supported for CompressedTensorsWNA16MoEMethod")
         if triton:
             q = "" if VTUPLE >= (0, 34) else "'"
@@ -113,7 +153,8 @@ def moe_backend_lines(quant: dict, requested: str, fault: dict) -> list[str]:
         if VTUPLE < (0, 30):
             lines.append("Detected ModelOpt NVFP4 checkpoint (quant_algo=MIXED_PRECISION). Please note that "
                          "the format is experimental and could change in future.")
-        lines.append("Using FlashInferCutlassMxfp8LinearKernel for MXFP8 GEMM")
+        if mxfp8_dispatch_ok():
+            lines.append("Using FlashInferCutlassMxfp8LinearKernel for MXFP8 GEMM")
         chosen = "MARLIN" if requested in ("marlin", "auto") else requested.upper()
         if "wrong_backend" in fault:
             chosen = "FLASHINFER_CUTLASS" if chosen == "MARLIN" else "MARLIN"
@@ -269,10 +310,12 @@ SOUP = " あるい ייך *\0 あるい ייך ꧁ ḁ あるい ייך"
 
 
 def answer(prompt: str, max_tokens: int, fault: dict) -> str:
-    if "degenerate" in fault:
+    if "degenerate" in fault or fault.get("_kernel") == "marlin_wna16":
         return " " + " ".join(["foss"] * max(1, max_tokens))
     if "script_soup" in fault:
         return SOUP
+    if fault.get("_garbage"):
+        return fault["_garbage"]
     text = next((canned for pattern, canned in CANNED if pattern.search(prompt)), GENERIC)
     words = re.findall(r"\s*\S+", text)
     return "".join(words[: max(1, max_tokens)])
@@ -365,8 +408,14 @@ def serve(argv: list[str]) -> int:
     quant = config.get("quantization_config", {})
     log(f"Resolved architecture: {config.get('architectures', ['?'])[0]}", where="model.py:1")
     log(f"Using max model len {args.max_model_len}", where="model.py:2")
-    for line in moe_backend_lines(quant, args.moe_backend, fault):
+    backend_lines = moe_backend_lines(quant, args.moe_backend, fault)
+    for line in backend_lines:
         log(line, "EngineCore_DP0", where="quantization.py:1")
+    # What the GPU would compute with these kernels and these sources.
+    if quant.get("quant_method") == "modelopt":
+        fault["_garbage"] = mimo_garbage()
+    if any("WNA16MarlinMoEMethod" in line for line in backend_lines):
+        fault["_kernel"] = "marlin_wna16"
     log(f"Initializing a V1 LLM engine (v{VERSION}) with config: model='{args.model}', "
         f"quantization={quant.get('quant_method', 'None')}, tensor_parallel_size={args.tensor_parallel_size}, "
         f"pipeline_parallel_size={args.pipeline_parallel_size}, enforce_eager={args.enforce_eager}",
