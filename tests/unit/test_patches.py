@@ -149,3 +149,51 @@ def test_scale_name_mapping():
     assert qkv._sparkfleet_scale_name("x.weight_scale_inv", {"x.weight_scale_inv", "x.weight_scale"}) == \
         "x.weight_scale_inv"
 
+
+
+def test_in_image_runner_from_the_shipped_files(pristine_sources, tmp_path):
+    """The files vllm_image puts in the build context form a package that runs on its own (no collection)."""
+    import subprocess
+    import sys
+
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils import image_build
+
+    version, src = pristine_sources
+    ctx = tmp_path / "ctx"
+    for rel, text in image_build.patch_sources(patches).items():
+        (ctx / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ctx / rel).write_text(text)
+    site = tmp_path / "site"
+    shutil.copytree(src, site / "vllm")
+    ids = ",".join(ALL)
+    env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}
+    dry = subprocess.run([sys.executable, "-S", str(ctx / "apply_patches.py"), str(ctx),
+                          "dry-run", ids, ids], capture_output=True, text=True, env=env, check=False)
+    report, error = image_build.parse_patch_output(dry.stdout)
+    assert error is None and dry.returncode == 0, dry.stdout + dry.stderr
+    assert {r["id"]: r["verdict"] for r in report} == EXPECTED[version]
+    assert not any("sparkfleet-patch" in p.read_text() for p in (site / "vllm").rglob("*.py"))  # dry run
+    real = subprocess.run([sys.executable, "-S", str(ctx / "apply_patches.py"), str(ctx), "apply", ids, ids],
+                          capture_output=True, text=True, env=env, check=False)
+    report, _ = image_build.parse_patch_output(real.stdout)
+    assert real.returncode == 0 and {r["id"]: r["verdict"] for r in report} == EXPECTED[version]
+
+
+def test_in_image_runner_reports_a_missing_required_anchor(pristine_sources, tmp_path):
+    import subprocess
+    import sys
+
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils import image_build
+
+    _, src = pristine_sources
+    ctx, site = tmp_path / "ctx", tmp_path / "site"
+    for rel, text in image_build.patch_sources(patches).items():
+        (ctx / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ctx / rel).write_text(text)
+    shutil.copytree(src, site / "vllm")
+    (site / "vllm" / patches.CATALOGUE["mimo_qkv_split"].target).unlink()
+    res = subprocess.run([sys.executable, "-S", str(ctx / "apply_patches.py"), str(ctx), "dry-run", "mimo_qkv_split",
+                          "mimo_qkv_split"], capture_output=True, text=True, env={"PYTHONPATH": str(site)}, check=False)
+    _, error = image_build.parse_patch_output(res.stdout)
+    assert res.returncode == 3
+    assert "required patch mimo_qkv_split cannot be applied" in error and "mimo_v2.py does not exist" in error
