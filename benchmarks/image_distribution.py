@@ -49,7 +49,7 @@ def inventory(n, path, key):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="2,4,8")
-    ap.add_argument("--rate", default="200mbit", help="tc tbf rate of every node's egress")
+    ap.add_argument("--rate", default="50mbit", help="tc tbf rate of every node's egress")
     ap.add_argument("--payload-mib", type=int, default=96)
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "image_distribution.json"))
     args = ap.parse_args()

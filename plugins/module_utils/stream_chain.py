@@ -14,12 +14,15 @@ bytes, with a sha256 computed on the fly at every hop so the ends can be compare
 from __future__ import annotations
 
 import hashlib
+import queue
 import socket
 import subprocess
+import threading
 import time
 
 MAGIC = b"SPARKFLEET-CHAIN 1 "
 CHUNK = 1 << 20
+SINK_QUEUE_CHUNKS = 64  # up to 64 MiB in flight between the network and the local sink
 
 
 class ChainError(Exception):
@@ -92,6 +95,29 @@ def receive(port, session, sink_argv, forward=None, bind="0.0.0.0", accept_timeo
         except (OSError, ChainError) as exc:
             down, forward_error = None, str(exc)
     sink = subprocess.Popen(sink_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # The local sink is fed from a bounded queue by its own thread, so a slow `docker load` here does not
+    # hold back the nodes further down the chain (until the queue is full).
+    pending = queue.Queue(maxsize=SINK_QUEUE_CHUNKS)
+    sink_error = []
+
+    def feed_sink():
+        while True:
+            chunk = pending.get()
+            if chunk is None:
+                break
+            if sink_error:
+                continue  # drain, so the reader never blocks on a dead sink
+            try:
+                sink.stdin.write(chunk)
+            except OSError as exc:
+                sink_error.append(str(exc))
+        try:
+            sink.stdin.close()
+        except OSError:
+            pass
+
+    feeder = threading.Thread(target=feed_sink, daemon=True)
+    feeder.start()
     digest, total = hashlib.sha256(), 0
     try:
         while True:
@@ -103,7 +129,7 @@ def receive(port, session, sink_argv, forward=None, bind="0.0.0.0", accept_timeo
                     down.sendall(chunk)
                 except OSError as exc:
                     forward_error, down = "forwarding broke after %d bytes: %s" % (total, exc), None
-            sink.stdin.write(chunk)
+            pending.put(chunk)
             digest.update(chunk)
             total += len(chunk)
     finally:
@@ -111,9 +137,12 @@ def receive(port, session, sink_argv, forward=None, bind="0.0.0.0", accept_timeo
         if down is not None:
             down.shutdown(socket.SHUT_WR)
             down.close()
-        sink.stdin.close()
+        pending.put(None)
+        feeder.join()
     output = sink.stdout.read().decode(errors="replace")
     rc = sink.wait()
+    if sink_error and rc == 0:
+        rc, output = 1, output + "\nwriting to the sink failed: %s" % sink_error[0]
     return {"bytes": total, "sha256": digest.hexdigest(), "sink_rc": rc, "sink_output": output[-4000:],
             "forwarded": bool(forward) and forward_error is None, "forward_error": forward_error,
             "seconds": round(time.monotonic() - start, 3)}
