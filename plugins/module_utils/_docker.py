@@ -55,6 +55,18 @@ def image_id(cli, ref):
         raise DockerFailure("inspecting image %s: %s" % (ref, exc)) from exc
 
 
+def binds(items, base=None):
+    """``host:container[:ro|rw]`` strings -> the SDK's volumes dict, on top of ``base``."""
+    out = dict(base or {})
+    for item in items:
+        parts = str(item).split(":")
+        bad_mode = len(parts) == 3 and parts[2] not in ("ro", "rw")
+        if len(parts) not in (2, 3) or not parts[0] or not parts[1] or bad_mode:
+            raise DockerFailure("volumes entry %r must be host_path:container_path[:ro|rw]" % (item,))
+        out[parts[0]] = {"bind": parts[1], "mode": parts[2] if len(parts) == 3 else "rw"}
+    return out
+
+
 def spec_digest(spec):
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:24]
 

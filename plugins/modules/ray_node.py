@@ -125,10 +125,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils.waiter import Wait
 def container_spec(p):
     argv = _ray.start_argv(p["role"], p["node_ip"], p["port"], p["head_ip"], p["num_gpus"], p["num_cpus"],
                            p["object_store_memory"])
-    volumes = {p["ray_tmp_volume"]: {"bind": "/tmp/ray", "mode": "rw"}}  # noqa: S108 (Ray's session dir)
-    for item in p["volumes"]:
-        parts = item.split(":")
-        volumes[parts[0]] = {"bind": parts[1], "mode": parts[2] if len(parts) > 2 else "rw"}
+    volumes = _docker.binds(p["volumes"], {p["ray_tmp_volume"]: {"bind": "/tmp/ray", "mode": "rw"}})  # noqa: S108
     env = dict(p["env"], VLLM_HOST_IP=p["node_ip"], RAY_NODE_IP_ADDRESS=p["node_ip"])
     # pid_mode host: a Ray driver finds its local raylet by looking for the raylet process, so the vllm
     # serve container on the head must see the Ray container's processes.

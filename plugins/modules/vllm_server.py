@@ -182,10 +182,7 @@ def main():
                 _docker.remove(cli, name)
             module.exit_json(changed=exists)
         env = dict(p["env"], RAY_ADDRESS=p["ray_address"], VLLM_HOST_IP=p["host"])
-        volumes = {p["ray_tmp_volume"]: {"bind": "/tmp/ray", "mode": "rw"}}  # noqa: S108 (Ray's session dir)
-        for item in p["volumes"]:
-            parts = item.split(":")
-            volumes[parts[0]] = {"bind": parts[1], "mode": parts[2] if len(parts) > 2 else "rw"}
+        volumes = _docker.binds(p["volumes"], {p["ray_tmp_volume"]: {"bind": "/tmp/ray", "mode": "rw"}})  # noqa: S108
         # The host's PID namespace and the head's /tmp/ray: Ray's driver finds the local raylet by its process
         # and its sockets, and vLLM's engine is a Ray driver on the head node.
         spec = {"image": p["image"], "command": argv, "environment": env, "network_mode": "host",

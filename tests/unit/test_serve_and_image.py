@@ -68,3 +68,14 @@ def test_filters():
     assert chain_next(["a", "b", "c"]) == {"a": "b", "b": "c", "c": ""}
     assert chain_next([]) == {}
     assert pick({"a": 1, "b": 2, "secret": "x"}, ["a", "c"]) == {"a": 1}
+
+
+def test_bind_mounts():
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker
+
+    got = _docker.binds(["/hf:/hf:ro", "/a:/b"], {"v": {"bind": "/tmp/ray", "mode": "rw"}})
+    assert got == {"v": {"bind": "/tmp/ray", "mode": "rw"}, "/hf": {"bind": "/hf", "mode": "ro"},
+                   "/a": {"bind": "/b", "mode": "rw"}}
+    for bad in ("/only-one", "/a:/b:rx", ":/b"):
+        with pytest.raises(_docker.DockerFailure, match="host_path:container_path"):
+            _docker.binds([bad])
