@@ -16,6 +16,7 @@ collection is not installed.
 from __future__ import annotations
 
 import ast
+import inspect
 import os
 import re
 
@@ -89,6 +90,13 @@ def segment(src, node):
 def indent_of(src, pos):
     line_start = src.rfind("\n", 0, pos) + 1
     return re.match(r"[ \t]*", src[line_start:]).group(0)
+
+
+def insert_function(src, func):
+    """Put the verbatim source of a tested pure function before the module's first class."""
+    first_class = re.search(r"\n(?:@.*\n)*class ", src)
+    at = first_class.start() if first_class else len(src)
+    return src[:at] + "\n\n%s\n" % inspect.getsource(func).rstrip() + src[at:]
 
 
 def has_def(tree, name):

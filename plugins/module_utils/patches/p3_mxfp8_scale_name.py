@@ -12,11 +12,10 @@ E8M0 scales; they are not flipped.
 from __future__ import annotations
 
 import ast
-import inspect
 import re
 
 from . import qkv
-from .engine import Patch, segment
+from .engine import Patch, insert_function, segment
 
 LOOP = re.compile(r"\n([ \t]+)for name, loaded_weight in weights:\n")
 
@@ -53,9 +52,7 @@ class Mxfp8ScaleName(Patch):
         ind = m.group(1) + "    "
         line = "%sname = _sparkfleet_scale_name(name, params_dict)  %s\n" % (ind, self.marker)
         src = src[: m.end()] + line + src[m.end():]
-        helper = "\n\n%s\n" % inspect.getsource(qkv._sparkfleet_scale_name).rstrip()
-        first_class = re.search(r"\n(?:@.*\n)*class ", src)
-        return src[: first_class.start()] + helper + "\n" + src[first_class.start():]
+        return insert_function(src, qkv._sparkfleet_scale_name)
 
     def postcondition(self, src):
         problems = []

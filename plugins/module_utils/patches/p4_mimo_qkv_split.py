@@ -21,11 +21,10 @@ MXFP8 (festr2's checkpoint) is read as plain and anything else keeps upstream's 
 from __future__ import annotations
 
 import ast
-import inspect
 import re
 
 from . import qkv
-from .engine import Patch, find_def, indent_of, segment
+from .engine import Patch, find_def, indent_of, insert_function, segment
 from .p3_mxfp8_scale_name import model_load_weights
 
 NAIVE = re.compile(
@@ -120,9 +119,7 @@ class MimoQkvSplit(Patch):
         at = segment(src, fn)[0]
         src = src[:at] + HELPER.format(marker=self.marker) + src[at:]
         if "def _sparkfleet_qkv_rows(" not in src:
-            helper = "\n\n%s\n" % inspect.getsource(qkv._sparkfleet_qkv_rows).rstrip()
-            first_class = re.search(r"\n(?:@.*\n)*class ", src)
-            src = src[: first_class.start()] + helper + "\n" + src[first_class.start():]
+            src = insert_function(src, qkv._sparkfleet_qkv_rows)
         return src
 
     def postcondition(self, src):
