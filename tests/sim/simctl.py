@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import io
 import json
 import os
@@ -45,15 +46,22 @@ GATEWAY = "172.29.0.1"
 NODE_PREFIX = "sparkfleet-sim-node-"
 FIRST_NODE_IP = 10  # node i gets 172.29.0.(10 + i)
 MAX_NODES = 16
+# Each node's memory limit: a "size" of the simulated Spark (a real one has 121 GiB of unified memory). The
+# node's free memory, as the collection measures it, is what is left under this limit.
+NODE_MEMORY = os.environ.get("SPARKFLEET_SIM_NODE_MEMORY", "6g")
 
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = os.environ.get("SPARKFLEET_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 RAY_VERSION = os.environ.get("SPARKFLEET_SIM_RAY_VERSION", "2.60.0")
-VLLM_VERSION = os.environ.get("SPARKFLEET_SIM_VLLM_VERSION", "0.21.0")
+# The vLLM releases whose stand-in base images the head gets: the first is inventory/local's (MiMo needs
+# its TRITON_ATTN_DIFFKV attention backend); 0.21.0 is the release of seed 004's patches and of seed 000's
+# Marlin-bound WNA16 MoE path.
+VLLM_VERSIONS = tuple(os.environ.get("SPARKFLEET_SIM_VLLM_VERSIONS", "0.34.0,0.21.0").split(","))
+VLLM_VERSION = VLLM_VERSIONS[0]
 BASE_IMAGE_REPO = "sparkfleet-sim/vllm-openai"
 
-# The files of the real vLLM wheel that the collection's patches target. Only these (and the wheel's
-# metadata) go into the stand-in base image: the rest of vLLM needs CUDA and is of no use here.
+# Files of the real vLLM wheel that go into the stand-in base image besides every vllm/**/*.py file and the
+# wheel's metadata (the compiled extensions need CUDA and stay out).
 VLLM_SOURCE_PREFIXES = (
     "vllm/_version.py",
     "vllm/model_executor/layers/quantization/modelopt.py",
@@ -157,7 +165,9 @@ def vllm_wheel(version: str) -> Path:
 def extract_vllm_sources(wheel: Path, dest: Path) -> None:
     with zipfile.ZipFile(wheel) as zf:
         for name in zf.namelist():
-            keep = name.startswith(VLLM_SOURCE_PREFIXES) or (
+            # Every Python source file of the release (what a reader of the image's vLLM finds in a real
+            # image), none of its compiled extensions (they need CUDA).
+            keep = name.startswith(VLLM_SOURCE_PREFIXES) or (name.startswith("vllm/") and name.endswith(".py")) or (
                 ".dist-info/" in name and name.rsplit("/", 1)[-1] in ("METADATA", "entry_points.txt")
             )
             if not keep or name.endswith("/"):
@@ -174,7 +184,7 @@ def ensure_vllm_base_image(client: docker.DockerClient, vllm_version: str = VLLM
     wheel = vllm_wheel(vllm_version)
     src = HERE / "vllm_base"
     standin = HERE / "standin"
-    inputs = [base, RAY_VERSION, wheel.name]
+    inputs = [base, RAY_VERSION, wheel.name, inspect.getsource(extract_vllm_sources), repr(VLLM_SOURCE_PREFIXES)]
     inputs += [p.read_bytes() for p in sorted(src.iterdir()) if p.is_file()]
     inputs += [p.read_bytes() for p in sorted(standin.glob("*.py"))]
     tag = f"{BASE_IMAGE_REPO}:{vllm_version}-{digest(*inputs)}"
@@ -197,6 +207,22 @@ def ensure_vllm_base_image(client: docker.DockerClient, vllm_version: str = VLLM
 # ------------------------------------------------------------------------------------------------ nodes
 def node_name(i: int) -> str:
     return f"{NODE_PREFIX}{i}"
+
+
+def volume_name(i: int) -> str:
+    return f"{node_name(i)}-docker"
+
+
+def remove_node(client: docker.DockerClient, container) -> None:
+    """A node and every volume it was given (its Docker engine's /var/lib/docker: images, layers)."""
+    log(f"removing {container.name}")
+    names = [m["Name"] for m in container.attrs.get("Mounts", []) if m.get("Type") == "volume"]
+    container.remove(force=True, v=True)
+    for vol in names:
+        try:
+            client.volumes.get(vol).remove(force=True)
+        except NotFound:
+            pass
 
 
 def node_ip(i: int) -> str:
@@ -242,17 +268,22 @@ def start_node(client: docker.DockerClient, i: int, image: str, pubkey: str):
     name = node_name(i)
     try:
         container = client.containers.get(name)
-        if container.status != "running":
-            container.start()
-        return container
+        if container.image.id == client.images.get(image).id:
+            if container.status != "running":
+                log(f"starting the stopped node {name}")
+                container.start()
+            return container
+        log(f"{name} runs an older node image: recreating it (its Docker engine's volume stays)")
+        container.remove(force=True)
     except NotFound:
         pass
     ensure_network(client)
     api = client.api
     host_config = api.create_host_config(
-        binds={f"{name}-docker": {"bind": "/var/lib/docker", "mode": "rw"},
+        binds={volume_name(i): {"bind": "/var/lib/docker", "mode": "rw"},
                "/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "rw"}},
         network_mode=NETWORK,
+        mem_limit=NODE_MEMORY,
         **NODE_HOST_CONFIG,
     )
     # `--security-opt systempaths=unconfined` is a CLI shorthand for empty masked/read-only path lists;
@@ -310,7 +341,8 @@ def write_state(nodes: list[dict], key: Path, base_image: str, checkpoints: dict
 
 def cmd_images(args) -> None:
     client = docker.from_env()
-    print(json.dumps({"node": ensure_node_image(client), "vllm_base": ensure_vllm_base_image(client)}))
+    print(json.dumps({"node": ensure_node_image(client),
+                      "vllm_base": [ensure_vllm_base_image(client, v) for v in VLLM_VERSIONS]}))
 
 
 def cmd_up(args) -> None:
@@ -318,35 +350,36 @@ def cmd_up(args) -> None:
         raise SystemExit(f"--nodes must be 1..{MAX_NODES}, got {args.nodes}")
     client = docker.from_env()
     node_image = ensure_node_image(client)
-    base_image = ensure_vllm_base_image(client)
+    base_images = [ensure_vllm_base_image(client, v) for v in VLLM_VERSIONS]
     key, pubkey = ensure_ssh_key()
     sys.path.insert(0, str(HERE))
     import make_checkpoint
 
     ckpts = {f: make_checkpoint.ensure_cached(CACHE / "checkpoints", flavour=f) for f in make_checkpoint.FLAVOURS}
-    containers = [start_node(client, i, node_image, pubkey) for i in range(args.nodes)]
     for extra in client.containers.list(all=True, filters={"label": "sparkfleet.sim=node"}):
         if int(extra.labels.get("sparkfleet.sim.index", "0")) >= args.nodes:
-            log(f"removing {extra.name} (beyond --nodes {args.nodes})")
-            extra.remove(force=True, v=True)
+            log(f"{extra.name} is beyond --nodes {args.nodes}")
+            remove_node(client, extra)
+    containers = [start_node(client, i, node_image, pubkey) for i in range(args.nodes)]
     for c in containers:
         wait_node_ready(c)
-    ship_image(client, containers[0], base_image)
+    for base_image in base_images:
+        ship_image(client, containers[0], base_image)
     for ckpt in ckpts.values():  # the head is the seed node of every checkpoint
         ship_checkpoint(containers[0], Path(ckpt["hub_dir"]))
     nodes = [{"name": c.name, "ip": node_ip(i), "index": i} for i, c in enumerate(containers)]
-    write_state(nodes, key, base_image, ckpts)
-    print(json.dumps({"nodes": nodes, "base_image": base_image,
+    write_state(nodes, key, base_images[0], ckpts)
+    print(json.dumps({"nodes": nodes, "base_images": base_images,
                       "checkpoints": {f: [c["repo_id"], c["revision"]] for f, c in ckpts.items()}}, indent=2))
 
 
 def cmd_down(args) -> None:
     client = docker.from_env()
     for c in client.containers.list(all=True, filters={"label": "sparkfleet.sim=node"}):
-        log(f"removing {c.name}")
-        c.remove(force=True, v=True)
+        remove_node(client, c)
+    for i in range(MAX_NODES):  # volumes of nodes whose containers are already gone
         try:
-            client.volumes.get(f"{c.name}-docker").remove(force=True)
+            client.volumes.get(volume_name(i)).remove(force=True)
         except NotFound:
             pass
     try:
