@@ -67,6 +67,39 @@ def binds(items, base=None):
     return out
 
 
+def gpu_request():
+    """How every container of the collection asks for the node's GPU: all of them, with the GPU capability.
+
+    This is ``docker run --gpus all``. Without it the NVIDIA container runtime exposes nothing: Ray then
+    counts 0 GPUs and vLLM finds no CUDA device, even on a Spark whose host sees its GB10.
+    """
+    return [{"Driver": "", "Count": -1, "DeviceIDs": None, "Capabilities": [["gpu"]], "Options": {}}]
+
+
+def ensure_volume(cli, name, driver_opts):
+    """A named volume with these local-driver options; a volume declared differently is recreated.
+
+    Containers that still use an outdated volume are removed first (they are restarted by their own
+    module with the new declaration). Returns True when the volume was (re)created.
+    """
+    try:
+        vol = cli.volumes.get(name)
+        if (vol.attrs.get("Options") or {}) == driver_opts:
+            return False
+        for user in cli.containers.list(all=True, filters={"volume": name}):
+            user.remove(force=True)
+        vol.remove(force=True)
+    except NotFound:
+        pass
+    except APIError as exc:
+        raise DockerFailure("replacing volume %s: %s" % (name, exc)) from exc
+    try:
+        cli.volumes.create(name, driver="local", driver_opts=driver_opts)
+    except APIError as exc:
+        raise DockerFailure("creating volume %s: %s" % (name, exc)) from exc
+    return True
+
+
 def spec_digest(spec):
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:24]
 

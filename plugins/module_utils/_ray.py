@@ -17,9 +17,48 @@ NODES_SNIPPET = (
 )
 
 
-def start_argv(role, node_ip, port, head_ip=None, num_gpus=None, num_cpus=None, object_store_memory=None):
+# Ray picks most of its ports at random. Pinned, they can be checked free before a deploy (preflight) and
+# opened in a firewall: GCS on the head; on every node the raylet, the object manager, the agents and the
+# worker range.
+PORTS = {
+    "node_manager": 6700,
+    "object_manager": 6701,
+    "metrics_export": 6702,
+    "dashboard_agent_grpc": 6703,
+    "runtime_env_agent": 6704,
+    "dashboard_agent_listen": 6705,
+    "min_worker": 10002,
+    "max_worker": 10999,
+}
+PORT_NAMES = {
+    "node_manager": "Ray node manager",
+    "object_manager": "Ray object manager",
+    "metrics_export": "Ray metrics export",
+    "dashboard_agent_grpc": "Ray dashboard agent (gRPC)",
+    "runtime_env_agent": "Ray runtime-env agent",
+    "dashboard_agent_listen": "Ray dashboard agent (HTTP)",
+}
+
+
+def port_plan(gcs_port, ports=None):
+    """Pure: the ports and ranges a Ray node holds, named, for the preflight check."""
+    ports = dict(PORTS, **(ports or {}))
+    single = [{"port": int(gcs_port), "what": "Ray GCS (head)", "head_only": True}]
+    single += [{"port": int(ports[k]), "what": name, "head_only": False} for k, name in sorted(PORT_NAMES.items())]
+    ranges = [{"from": int(ports["min_worker"]), "to": int(ports["max_worker"]), "what": "Ray worker ports"}]
+    return single, ranges
+
+
+def start_argv(role, node_ip, port, head_ip=None, num_gpus=None, num_cpus=None, object_store_memory=None,
+               ports=None):
     """Pure: the `ray start` command line of a head or a worker."""
+    ports = dict(PORTS, **(ports or {}))
     argv = ["ray", "start", "--node-ip-address", node_ip, "--disable-usage-stats", "--block"]
+    argv += ["--node-manager-port", str(ports["node_manager"]), "--object-manager-port",
+             str(ports["object_manager"]), "--metrics-export-port", str(ports["metrics_export"]),
+             "--dashboard-agent-grpc-port", str(ports["dashboard_agent_grpc"]), "--runtime-env-agent-port",
+             str(ports["runtime_env_agent"]), "--dashboard-agent-listen-port", str(ports["dashboard_agent_listen"]),
+             "--min-worker-port", str(ports["min_worker"]), "--max-worker-port", str(ports["max_worker"])]
     if role == "head":
         argv += ["--head", "--port", str(port), "--include-dashboard=false"]
     else:
@@ -40,3 +79,11 @@ def nodes(container):
 
 def node_alive(table, ip):
     return any(n.get("Alive") and n.get("NodeManagerAddress") == ip for n in table)
+
+
+def node_gpus(table, ip):
+    """GPUs Ray registered for the alive node at ``ip`` (None when it is not alive)."""
+    for n in table:
+        if n.get("Alive") and n.get("NodeManagerAddress") == ip:
+            return int((n.get("Resources") or {}).get("GPU", 0))
+    return None

@@ -21,6 +21,27 @@ def _ip(host, value):
                             % (host, value)) from None
 
 
+def suggest(total_gpus, max_tp=None):
+    """The sizes to advise for ``total_gpus`` GPUs: ``(tp, pp)`` with ``tp * pp == total_gpus``.
+
+    ``tp`` is the largest divisor of ``total_gpus`` that is <= ``max_tp`` (the model's largest working TP;
+    ``None`` or 0: no limit), ``pp`` the rest. Pure; ``plan()`` accepts what it returns.
+    """
+    total = int(total_gpus)
+    if total < 1:
+        raise ValueError("total_gpus must be >= 1, got %d" % total)
+    cap = min(total, int(max_tp)) if max_tp else total
+    tp = max(d for d in range(1, max(cap, 1) + 1) if total % d == 0)
+    return tp, total // tp
+
+
+def _advice(total, max_tp, model, name_limit=True):
+    tp, pp = suggest(total, max_tp)
+    limit = " and %s's max_tp of %d" % (model or "the model", int(max_tp)) if max_tp and name_limit else ""
+    return ("for the %d GPUs of this inventory%s use TP=%d x PP=%d (tensor_parallel_size=%d, "
+            "pipeline_parallel_size=%d)" % (total, limit, tp, pp, tp, pp))
+
+
 def plan(heads, workers, hostvars, tensor_parallel_size, pipeline_parallel_size=1, max_tp=None, model=""):
     """Validate the inventory and return the plan the rest of the deploy follows.
 
@@ -53,20 +74,19 @@ def plan(heads, workers, hostvars, tensor_parallel_size, pipeline_parallel_size=
             raise TopologyError("hosts %s and %s share sparkfleet_node_ip %s; each node needs its own"
                                 % (seen[ip], host, ip))
         seen[ip] = host
+    total = sum(gpus.values())
     tp, pp = int(tensor_parallel_size), int(pipeline_parallel_size)
     if tp < 1 or pp < 1:
-        raise TopologyError("tensor_parallel_size and pipeline_parallel_size must be >= 1 (got %d, %d)" % (tp, pp))
-    total = sum(gpus.values())
+        raise TopologyError("tensor_parallel_size and pipeline_parallel_size must be >= 1 (got %d, %d); %s"
+                            % (tp, pp, _advice(total, max_tp, model)))
     world = tp * pp
     if max_tp and tp > int(max_tp):
-        raise TopologyError("tensor_parallel_size=%d exceeds %s's max_tp of %d; keep TP <= %d and use "
-                            "pipeline_parallel_size (TP=%d x PP=%d) for the other nodes"
-                            % (tp, model or "the model", int(max_tp), int(max_tp), int(max_tp),
-                               max(1, total // int(max_tp))))
+        raise TopologyError("tensor_parallel_size=%d exceeds %s's max_tp of %d; %s"
+                            % (tp, model or "the model", int(max_tp), _advice(total, max_tp, model, name_limit=False)))
     if world != total:
         raise TopologyError("tensor_parallel_size x pipeline_parallel_size = %d x %d = %d ranks, but the inventory "
-                            "has %d GPUs on %d nodes; make them equal (add or remove nodes, or change the sizes)"
-                            % (tp, pp, world, total, len(nodes)))
+                            "has %d GPUs on %d nodes; make them equal: %s, or add or remove nodes"
+                            % (tp, pp, world, total, len(nodes), _advice(total, max_tp, model)))
     return {
         "head": head,
         "head_ip": ips[head],

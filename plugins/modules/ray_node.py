@@ -39,9 +39,12 @@ options:
     description: Identity of the head this worker joins (the head container's ID).
     type: str
     default: ""
-  num_gpus:
-    description: GPUs to advertise; leave unset on real Sparks (Ray detects the GB10).
+  gpus:
+    description:
+      - GPUs Ray must register for this node. Ray counts them itself, through NVML, in a container that asks
+        Docker for the GPU (C(--gpus all)); a node that registers fewer fails at once, naming the node.
     type: int
+    default: 1
   num_cpus:
     description: CPUs to advertise.
     type: int
@@ -66,9 +69,16 @@ options:
     type: str
     default: sparkfleet-ray
   ray_tmp_volume:
-    description: Named volume for /tmp/ray, shared with the vllm serve container on the head.
+    description:
+      - Named volume for /tmp/ray, shared with the vllm serve container on the head. It is a tmpfs
+        (C(exec), O(ray_tmp_size)), as the seed recipe runs Ray with C(--tmpfs /tmp/ray:exec,size=4g). Ray's
+        sockets and spilled objects stay off the disk, and the vllm serve container on the head can share it.
     type: str
     default: sparkfleet-ray-tmp
+  ray_tmp_size:
+    description: Size of the /tmp/ray tmpfs.
+    type: str
+    default: 4g
   join_timeout:
     description: Seconds to wait for this node to appear alive, per attempt.
     type: int
@@ -116,14 +126,20 @@ attempts:
   type: int
 """
 
+import json
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, _ray
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.waiter import WaitTimeout, wait_for
 
 
+def tmp_volume_opts(size):
+    return {"type": "tmpfs", "device": "tmpfs", "o": "size=%s,exec" % size}
+
+
 def container_spec(p):
-    argv = _ray.start_argv(p["role"], p["node_ip"], p["port"], p["head_ip"], p["num_gpus"], p["num_cpus"],
+    argv = _ray.start_argv(p["role"], p["node_ip"], p["port"], p["head_ip"], None, p["num_cpus"],
                            p["object_store_memory"])
     volumes = _docker.binds(p["volumes"], {p["ray_tmp_volume"]: {"bind": "/tmp/ray", "mode": "rw"}})  # noqa: S108
     env = dict(p["env"], VLLM_HOST_IP=p["node_ip"], RAY_NODE_IP_ADDRESS=p["node_ip"])
@@ -131,7 +147,9 @@ def container_spec(p):
     # serve container on the head must see the Ray container's processes.
     spec = {"image": p["image"], "command": argv, "environment": env, "network_mode": "host",
             "ipc_mode": "host", "pid_mode": "host", "shm_size": p["shm_size"], "volumes": volumes,
-            "labels": {"sparkfleet.cluster": p["cluster_id"] or "head"}}
+            "device_requests": _docker.gpu_request(),
+            "labels": {"sparkfleet.cluster": p["cluster_id"] or "head",
+                       "sparkfleet.ray-tmp": json.dumps(tmp_volume_opts(p["ray_tmp_size"]), sort_keys=True)}}
     return spec
 
 
@@ -161,7 +179,7 @@ def main():
             head_ip=dict(type="str"),
             port=dict(type="int", default=6379),
             cluster_id=dict(type="str", default=""),
-            num_gpus=dict(type="int"),
+            gpus=dict(type="int", default=1),
             num_cpus=dict(type="int"),
             object_store_memory=dict(type="int"),
             env=dict(type="dict", default={}),
@@ -169,6 +187,7 @@ def main():
             shm_size=dict(type="str", default="2g"),
             container_name=dict(type="str", default="sparkfleet-ray"),
             ray_tmp_volume=dict(type="str", default="sparkfleet-ray-tmp"),
+            ray_tmp_size=dict(type="str", default="4g"),
             join_timeout=dict(type="int", default=180),
             retries=dict(type="int", default=3),
             state=dict(type="str", choices=["present", "absent"], default="present"),
@@ -202,12 +221,22 @@ def main():
                 pass  # running but not answering: restart below
         if module.check_mode:
             module.exit_json(changed=True, attempts=0)
+        _docker.ensure_volume(cli, p["ray_tmp_volume"], tmp_volume_opts(p["ray_tmp_size"]))
         last = ""
         for attempt in range(1, p["retries"] + 1):
             container = _docker.replace(cli, name, spec, "ray-%s" % p["role"])
             probe, predicate = joined(container, p["node_ip"])
             try:
-                wait_for("Ray %s on %s" % (p["role"], p["node_ip"]), probe, predicate, p["join_timeout"], 3)
+                obs, _, _ = wait_for("Ray %s on %s" % (p["role"], p["node_ip"]), probe, predicate,
+                                     p["join_timeout"], 3)
+                gpus = _ray.node_gpus(obs["table"], p["node_ip"])
+                if gpus != p["gpus"]:
+                    module.fail_json(
+                        msg="Ray %s on %s registered %s GPU(s), expected %d: the Ray container sees no GPU. It "
+                            "asks Docker for it (--gpus all); check that the NVIDIA Container Toolkit is installed "
+                            "on this node and dockerd was restarted after it (docker info lists the nvidia "
+                            "runtime), and that nvidia-smi works on the host"
+                            % (p["role"], p["node_ip"], gpus, p["gpus"]), container_id=container.id)
                 module.exit_json(changed=True, container_id=container.id, attempts=attempt)
             except WaitTimeout as exc:
                 last = "%s\n--- last log lines ---\n%s" % (exc, _docker.logs(container, tail=25))

@@ -40,8 +40,9 @@ options:
     default: []
   required_patches:
     description:
-      - Patches that must not end in "anchor not found". A dry run in a container of the base image checks
-        this before anything is built; the error names the patch, the file, the vLLM version and the anchor.
+      - Patches that must not end in "anchor not found"; the build fails naming the patch, the file, the vLLM
+        version and the anchor. The deploy judges them earlier, without building or starting anything, with
+        M(sparkfleet.vllm.vllm_release).
     type: list
     elements: str
     default: []
@@ -100,21 +101,13 @@ versions:
   type: dict
   sample: {vllm: 0.21.0, ray: 2.60.0, torch: null, torch_arch_list: null,
            patches: [{id: mimo_qkv_split, verdict: applied, target: model_executor/models/mimo_v2.py}]}
-patch_plan:
-  description: The dry run's per-patch verdicts against the base image (what the build will do).
-  returned: when patches are requested and a build is needed
-  type: list
-  elements: dict
 """
 
 import json
-import os
-import shutil
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, patches
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, _image_files, patches
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.image_build import (
     context_tar,
     parse_patch_output,
@@ -124,34 +117,14 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils.image_build import
 )
 
 
-def dry_run_patches(cli, base, files, ids, required):
-    """Judge the patches against the base image's own vLLM sources, changing nothing."""
-    tmp = tempfile.mkdtemp(prefix="sparkfleet-patches-")
-    try:
-        for rel, text in files.items():
-            path = os.path.join(tmp, rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w") as fh:
-                fh.write(text)
-        container = cli.containers.run(
-            base, ["python3", "/sparkfleet/apply_patches.py", "/sparkfleet", "dry-run", ",".join(ids),
-                   ",".join(required)],
-            entrypoint=[], detach=True, network_mode="none",
-            volumes={tmp: {"bind": "/sparkfleet", "mode": "ro"}})
-        try:
-            container.wait(timeout=300)
-            out = _docker.logs(container)
-        finally:
-            container.remove(force=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return parse_patch_output(out), out
-
-
 def read_versions(cli, tag):
-    out = cli.containers.run(tag, ["cat", "/etc/sparkfleet/versions.json"], entrypoint=[], remove=True,
-                             network_mode="none")
-    return json.loads(out.decode())
+    """The image's /etc/sparkfleet/versions.json, read without starting it."""
+    with _image_files.Created(cli, tag) as image:
+        text = image.read_tree("/etc/sparkfleet/versions.json").get("", "")
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise _docker.DockerFailure("image %s has no readable /etc/sparkfleet/versions.json" % tag) from None
 
 
 def build(cli, tag, dockerfile, ray_version, build_args, files):
@@ -211,18 +184,8 @@ def main():
         if existing:
             module.exit_json(changed=False, built=False, tag=tag, image_id=existing,
                              versions=read_versions(cli, tag))
-        plan = None
-        if p["patches"]:
-            (plan, patch_error), out = dry_run_patches(cli, p["base_image"], files, p["patches"],
-                                                       p["required_patches"])
-            if patch_error:
-                module.fail_json(msg="vllm_image: %s (base image %s; nothing was built)"
-                                     % (patch_error, p["base_image"]))
-            if plan is None:
-                module.fail_json(msg="vllm_image: the base image %s could not run the patch check: %s"
-                                     % (p["base_image"], out[-1500:]))
         if module.check_mode:
-            module.exit_json(changed=True, built=False, tag=tag, image_id="unknown", patch_plan=plan)
+            module.exit_json(changed=True, built=False, tag=tag, image_id="unknown")
         build(cli, tag, dockerfile, p["ray_version"], p["build_args"], files)
         versions = read_versions(cli, tag)
     except _docker.DockerFailure as exc:
@@ -231,8 +194,7 @@ def main():
         module.fail_json(msg="vllm_image: the image does not start: %s" % exc)
     if versions.get("ray") != p["ray_version"]:
         module.fail_json(msg="image %s has Ray %s, expected %s" % (tag, versions.get("ray"), p["ray_version"]))
-    module.exit_json(changed=True, built=True, tag=tag, image_id=_docker.image_id(cli, tag), versions=versions,
-                     patch_plan=plan)
+    module.exit_json(changed=True, built=True, tag=tag, image_id=_docker.image_id(cli, tag), versions=versions)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ description:
   - Follows the startup log until uvicorn's C(Application startup complete.). Fails at once, with the
     phase reached and the last log lines, when the container exits or the engine reports a failure.
   - The API key reaches vLLM as C(VLLM_API_KEY) in its environment, never on the command line.
+  - The container asks Docker for the head's GPU (C(--gpus all)); vLLM finds its CUDA device through it.
+  - A memory watchdog stops the boot before the head runs out of unified memory (O(min_free_memory_mib)).
   - An unchanged, running server that finished booting is left alone (C(changed=false)).
 options:
   image:
@@ -72,6 +74,18 @@ options:
     description: Seconds the boot may take.
     type: int
     default: 7200
+  min_free_memory_mib:
+    description:
+      - Head memory watchdog. While the server boots, the head's free memory (MemAvailable, bounded by any
+        cgroup limit) is read at every poll. When it stays below this many MiB for O(memory_grace) seconds,
+        the serve container is stopped and the run fails naming the head and the figures, before the head
+        thrashes (a starved Spark head stretches a 30 min boot to 2 h). C(0) turns the watchdog off.
+    type: int
+    default: 2048
+  memory_grace:
+    description: Seconds free memory may stay below O(min_free_memory_mib) before the watchdog stops the boot.
+    type: int
+    default: 15
   state:
     description: C(present) serves; C(absent) removes the container.
     type: str
@@ -116,18 +130,39 @@ argv:
 """
 
 import hashlib
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, vllm_logs
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, memory, vllm_logs
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.serve_plan import serve_argv
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.waiter import WaitAborted, WaitTimeout, wait_for
 
 
-def follow(container, timeout):
+class MemoryWatchdog:
+    """Pure over its inputs: how long free memory has been below the floor, and when to give up."""
+
+    def __init__(self, floor_bytes, grace_s):
+        self.floor, self.grace, self.low_since = floor_bytes, grace_s, None
+
+    def observe(self, available_bytes, now):
+        """None while fine; a message once memory has stayed low for the grace period."""
+        if not self.floor or available_bytes >= self.floor:
+            self.low_since = None
+            return None
+        if self.low_since is None:
+            self.low_since = now
+        if now - self.low_since >= self.grace:
+            return ("%.1f GiB free on the head for %ds (floor %.1f GiB)"
+                    % (available_bytes / 2**30, int(now - self.low_since), self.floor / 2**30))
+        return None
+
+
+def follow(container, timeout, watchdog):
     def probe():
         container.reload()
-        return {"status": container.status, "facts": vllm_logs.parse(_docker.logs(container))}
+        return {"status": container.status, "facts": vllm_logs.parse(_docker.logs(container)),
+                "free": memory.read()["available_bytes"], "now": time.monotonic()}
 
     def predicate(obs):
         facts = obs["facts"]
@@ -136,9 +171,16 @@ def follow(container, timeout):
         if obs["status"] != "running":
             raise WaitAborted("the serve container is %s" % obs["status"])
         done = "app_started" in facts["phases"]
+        low = None if done else watchdog.observe(obs["free"], obs["now"])
+        if low:
+            container.stop(timeout=10)
+            raise WaitAborted(
+                "memory watchdog: %s while %s; the boot was stopped before the head thrashes. Free memory on "
+                "the head (stop other processes, drop caches), or lower --gpu-memory-utilization / "
+                "--max-model-len in the recipe" % (low, ", ".join(facts["phases"]) or "starting"))
         return done, "phases reached: %s" % (", ".join(facts["phases"]) or "none yet")
 
-    return wait_for("vllm serve", probe, predicate, timeout, 5)
+    return wait_for("vllm serve", probe, predicate, timeout, 3)
 
 
 def main():
@@ -159,6 +201,8 @@ def main():
             ray_tmp_volume=dict(type="str", default="sparkfleet-ray-tmp"),
             container_name=dict(type="str", default="sparkfleet-vllm"),
             startup_timeout=dict(type="int", default=7200),
+            min_free_memory_mib=dict(type="int", default=2048),
+            memory_grace=dict(type="int", default=15),
             state=dict(type="str", choices=["present", "absent"], default="present"),
         ),
         required_if=[("state", "present", ["image", "model_path", "served_model_name", "tensor_parallel_size",
@@ -186,7 +230,8 @@ def main():
         # The host's PID namespace and the head's /tmp/ray: Ray's driver finds the local raylet by its process
         # and its sockets, and vLLM's engine is a Ray driver on the head node.
         spec = {"image": p["image"], "command": argv, "environment": env, "network_mode": "host",
-                "ipc_mode": "host", "pid_mode": "host", "volumes": volumes}
+                "ipc_mode": "host", "pid_mode": "host", "volumes": volumes,
+                "device_requests": _docker.gpu_request()}
         # The key is part of what is declared (a new key restarts the server) but only as a hash.
         key_hash = hashlib.sha256((p["api_key"] or "").encode()).hexdigest()
         digest = _docker.spec_digest(dict(spec, api_key_sha256=key_hash))
@@ -201,7 +246,8 @@ def main():
         run_spec = dict(spec, environment=dict(env, VLLM_API_KEY=p["api_key"]) if p["api_key"] else env)
         container = _docker.replace(cli, name, run_spec, "vllm-serve", digest=digest)
         try:
-            _, _, waited = follow(container, p["startup_timeout"])
+            watchdog = MemoryWatchdog(p["min_free_memory_mib"] * 2**20, p["memory_grace"])
+            _, _, waited = follow(container, p["startup_timeout"], watchdog)
         except (WaitAborted, WaitTimeout) as exc:
             tail = _docker.logs(container, tail=40)
             module.fail_json(msg="vllm serve on %s failed to boot: %s\n--- last log lines ---\n%s"

@@ -35,6 +35,7 @@ class Patch:
     title = ""
     target = ""  # path relative to the vllm package directory
     opt_in = False
+    env = ()  # VLLM_* variables the patched code reads (vLLM's own envs.py does not know them)
 
     @property
     def marker(self):

@@ -68,6 +68,7 @@ class MimoQkvSplit(Patch):
     id = "mimo_qkv_split"
     title = "MiMo fused qkv_proj: [Q|K|V] split and per-shard weight_loader calls"
     target = "model_executor/models/mimo_v2.py"
+    env = ("VLLM_SPARKFLEET_MIMO_QKV_LAYOUT",)
     looked_for = ("the naive `loaded_weight.chunk(tp_size, dim=0)[tp_rank]` qkv_proj branch (<= 0.23), or "
                   "_try_load_fp8_qkv_proj (>= 0.24), in the MiMo model's load_weights")
 
