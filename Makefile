@@ -12,12 +12,12 @@ export ANSIBLE_FORCE_COLOR ?= 0
 export PY_COLORS ?= 0
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help deps host demo test lint unit integration sim-up sim-down sim-images bench
+.PHONY: help deps host demo test lint unit integration sim-up sim-down sim-images bench bench-verdicts
 
 help:
 	@echo "make demo      simulated 4-node cluster + deploy_mimo.yml, prints the endpoint's answers"
 	@echo "make test      ruff + ansible-lint + unit tests + molecule (on the simulated cluster)"
-	@echo "make lint | unit | sim-up N=4 | sim-down | bench"
+	@echo "make lint | unit | sim-up N=4 | sim-down | bench | bench-verdicts"
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -44,7 +44,7 @@ sim-down: deps
 	$(BIN)/python tests/sim/simctl.py down
 
 demo: sim-up
-	$(BIN)/ansible-playbook playbooks/deploy_mimo.yml -i inventory/local
+	cd site && ANSIBLE_CONFIG=$(CURDIR)/site/ansible.cfg $(CURDIR)/$(BIN)/ansible-playbook deploy_mimo.yml -i local
 	@echo "The simulated cluster keeps running; remove it with: make sim-down"
 
 lint: deps
@@ -59,3 +59,6 @@ test: deps host lint
 
 bench: deps host
 	$(BIN)/python benchmarks/image_distribution.py
+
+bench-verdicts: deps host
+	$(BIN)/python benchmarks/time_to_verdict.py

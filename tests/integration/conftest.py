@@ -13,18 +13,23 @@ BIN = Path(sys.executable).parent
 ENV = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", NO_COLOR="1", PY_COLORS="0",
            ANSIBLE_CALLBACK_RESULT_FORMAT="json",
            PATH=f"{BIN}:{os.environ.get('PATH', '')}")
+# Deploys run the way the README tells users to: from the site directory, with its ansible.cfg.
+SITE = REPO / "site"
+SITE_ENV = dict(ENV, ANSIBLE_CONFIG=str(SITE / "ansible.cfg"))
 HEAD = "sparkfleet-sim-node-0"
 
 
-def sh(argv, timeout=1800, **kw):
-    return subprocess.run(argv, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout, check=False, **kw)
+def sh(argv, timeout=1800, env=None, cwd=REPO, **kw):
+    return subprocess.run(argv, cwd=cwd, env=env or ENV, capture_output=True, text=True, timeout=timeout,
+                          check=False, **kw)
 
 
-def deploy(extra=None, playbook="playbooks/deploy_mimo.yml"):
-    argv = [str(BIN / "ansible-playbook"), playbook, "-i", "inventory/local"]
+def deploy(extra=None, playbook="deploy_mimo.yml", env=None):
+    """`cd site && ansible-playbook deploy_mimo.yml -i local [-e ...]`; returns (rc, output)."""
+    argv = [str(BIN / "ansible-playbook"), playbook, "-i", "local"]
     if extra:
         argv += ["-e", json.dumps(extra)]
-    res = sh(argv)
+    res = sh(argv, env=env or SITE_ENV, cwd=SITE)
     return res.returncode, res.stdout + res.stderr
 
 

@@ -1,6 +1,11 @@
+import itertools
+import re
+
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils.topology import TopologyError, plan
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.topology import TopologyError, plan, suggest
+
+ADVICE = re.compile(r"TP=(\d+) x PP=(\d+)")
 
 
 def hv(n, start=10):
@@ -45,3 +50,63 @@ def test_tp16_error_suggests_pp2():
     with pytest.raises(TopologyError) as err:
         plan(["s0"], [f"s{i}" for i in range(1, 16)], hv(16), 16, max_tp=8)
     assert "TP=8 x PP=2" in str(err.value)
+
+
+def nodes(n):
+    return ["s0"], [f"s{i}" for i in range(1, n)], hv(n)
+
+
+def advised(err):
+    found = ADVICE.findall(str(err.value))
+    assert len(found) == 1, str(err.value)
+    return int(found[0][0]), int(found[0][1])
+
+
+def test_tp16_on_four_gpus_advises_tp4():
+    """-e sparkfleet_tensor_parallel_size=16 on 4 nodes with max_tp 8: the advice must fit these 4 GPUs."""
+    with pytest.raises(TopologyError) as err:
+        plan(*nodes(4), 16, max_tp=8, model="mimo-v2.5-pro")
+    assert "exceeds mimo-v2.5-pro's max_tp of 8" in str(err.value)
+    assert "TP=4 x PP=1" in str(err.value)
+    assert "TP=8" not in str(err.value)
+    assert plan(*nodes(4), *advised(err), max_tp=8)["world_size"] == 4
+
+
+@pytest.mark.parametrize(
+    ("total", "max_tp", "expected"),
+    [(4, 8, (4, 1)), (16, 8, (8, 2)), (16, None, (16, 1)), (12, 8, (6, 2)), (7, 4, (1, 7)), (6, 4, (3, 2)),
+     (1, 16, (1, 1)), (16, 1, (1, 16)), (10, 0, (10, 1))],
+)
+def test_suggest(total, max_tp, expected):
+    assert suggest(total, max_tp) == expected
+
+
+def test_suggest_rejects_an_empty_cluster():
+    with pytest.raises(ValueError, match="total_gpus must be >= 1"):
+        suggest(0, 8)
+
+
+@pytest.mark.parametrize("max_tp", [None, 1, 2, 4, 8, 16])
+@pytest.mark.parametrize("total", range(1, 17))
+def test_every_refusal_advises_sizes_plan_accepts(total, max_tp):
+    """Property: for every requested TP x PP the plan refuses, the advised sizes are accepted by plan()."""
+    tp_s, pp_s = suggest(total, max_tp)
+    assert tp_s * pp_s == total and total % tp_s == 0
+    assert max_tp is None or tp_s <= max_tp
+    # tp_s is the largest such divisor: no divisor above it fits under the cap.
+    assert not [d for d in range(tp_s + 1, total + 1) if total % d == 0 and (max_tp is None or d <= max_tp)]
+    refused = 0
+    for tp, pp in itertools.product(range(0, 18), range(0, 5)):
+        try:
+            plan(*nodes(total), tp, pp, max_tp=max_tp, model="m")
+        except TopologyError as err:
+            refused += 1
+            found = ADVICE.findall(str(err))
+            assert len(found) == 1, "refusal without one TP x PP advice: %s" % err
+            a_tp, a_pp = int(found[0][0]), int(found[0][1])
+            assert (a_tp, a_pp) == (tp_s, pp_s), str(err)
+            p = plan(*nodes(total), a_tp, a_pp, max_tp=max_tp, model="m")
+            assert p["world_size"] == p["gpu_count"] == total
+        else:
+            assert tp * pp == total and (max_tp is None or tp <= max_tp)
+    assert refused > 0

@@ -1,0 +1,88 @@
+"""The literal commands of a user's site directory, on the controller only (no cluster, no sim_cluster).
+
+`--limit localhost` leaves only the validate play with hosts (spark8/spark16 list the controller as
+localhost); every other play matches no host, so nothing is contacted.
+"""
+
+import os
+import re
+import tarfile
+
+import pytest
+from conftest import BIN, REPO, sh
+
+VALIDATE_PLAY = "PLAY [Validate the inventory and plan the deploy]"
+PLAN_TASK = "TASK [sparkfleet.vllm.validate : Plan the topology]"
+
+
+def recap_ok(out, host="localhost"):
+    lines = [ln for ln in out.splitlines() if ln.startswith(host + " ") and "failed=" in ln]
+    return len(lines) == 1 and "failed=0" in lines[0] and "unreachable=0" in lines[0]
+
+
+def only_validate_ran(out):
+    """Every play after validate matched no host: no task banner between its PLAY line and the next."""
+    plays = re.split(r"^PLAY (?:\[|RECAP)", out, flags=re.M)[1:]
+    return (len(plays) > 2 and plays[0].startswith(VALIDATE_PLAY[6:]) and "TASK [" in plays[0]
+            and all("TASK [" not in p and "skipping: no hosts matched" in p for p in plays[1:-1]))
+
+
+@pytest.mark.parametrize("playbook", ["deploy_mimo.yml", "deploy_kimi.yml"])
+@pytest.mark.parametrize("inventory", ["spark16", "spark8"])
+def test_site_command_validates_on_the_controller(playbook, inventory):
+    """`cd site && ansible-playbook deploy_mimo.yml -i spark16`, limited to the controller."""
+    # env -C site: the command runs from site/, with site/ansible.cfg (no ANSIBLE_CONFIG from the helper).
+    res = sh(["env", "-C", "site", "-u", "ANSIBLE_CONFIG", str(BIN / "ansible-playbook"), playbook,
+              "-i", inventory, "--limit", "localhost", "-v"], timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-5000:]
+    assert "Using %s as config file" % (REPO / "site" / "ansible.cfg") in out, out[:2000]
+    assert VALIDATE_PLAY in out and PLAN_TASK in out, out[-5000:]
+    assert recap_ok(out) and only_validate_ran(out), out[-5000:]
+
+
+def test_installed_collection_runs_without_the_checkout(tmp_path):
+    """Build the collection, install the tarball, run its playbook by FQCN with only the installed copy."""
+    dist, colls, work = tmp_path / "dist", tmp_path / "collections", tmp_path / "work"
+    for d in (dist, colls, work):
+        d.mkdir()
+    neutral = tmp_path / "ansible.cfg"
+    neutral.write_text("[defaults]\n")
+
+    res = sh([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(dist)], timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (tarball,) = dist.glob("sparkfleet-vllm-*.tar.gz")
+
+    with tarfile.open(tarball) as tf:
+        names = tf.getnames()
+    for banned in (".venv", ".sim", ".git", ".gitignore", ".ansible", ".pytest_cache", ".ruff_cache", "collections",
+                   "tests/sim", "benchmarks"):
+        hits = [n for n in names if n == banned or n.startswith(banned + "/")]
+        assert not hits, "%s in the tarball: %s" % (banned, hits[:5])
+    assert not [n for n in names if n.endswith(".tar.gz")]
+    assert "playbooks/deploy_mimo.yml" in names and "recipes/mimo-v2.5-pro.yml" in names
+
+    env = ["env", "-C", str(work), "ANSIBLE_CONFIG=%s" % neutral, "ANSIBLE_COLLECTIONS_PATH=%s" % colls]
+    res = sh([*env, str(BIN / "ansible-galaxy"), "collection", "install", str(tarball), "-p", str(colls)],
+             timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    installed = colls / "ansible_collections" / "sparkfleet" / "vllm"
+    assert (installed / "MANIFEST.json").is_file()
+
+    res = sh([*env, str(BIN / "ansible-galaxy"), "collection", "list", "sparkfleet.vllm"], timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert str(colls / "ansible_collections") in res.stdout, res.stdout
+    assert str(REPO / "collections") not in res.stdout, res.stdout
+
+    res = sh([*env, str(BIN / "ansible-playbook"), "sparkfleet.vllm.deploy_mimo", "-i", str(REPO / "site" / "spark16"),
+              "--limit", "localhost", "-v"], timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-5000:]
+    assert "Using %s as config file" % neutral in out, out[:2000]
+    assert VALIDATE_PLAY in out and PLAN_TASK in out, out[-5000:]
+    assert recap_ok(out) and only_validate_ran(out), out[-5000:]
+    # The validate role that ran is the installed one (-v prints its path), never the checkout's link.
+    assert "path: %s" % (installed / "roles" / "validate") in out or \
+        '"path": "%s"' % (installed / "roles" / "validate") in out, out[:4000]
+    assert str(REPO / "collections") not in out
+    assert os.path.realpath(REPO) + "/roles" not in out
