@@ -68,6 +68,26 @@ VLLM_SOURCE_PREFIXES = (
     "vllm/model_executor/layers/quantization/utils/marlin_utils_fp4.py",
     "vllm/model_executor/layers/quantization/compressed_tensors/",
     "vllm/model_executor/models/mimo_v2.py",
+    # What the stand-in reads to be as strict as the release (its VllmSource, without importing vllm):
+    # `vllm serve`'s parser (subcommand, frontend and engine args, FlexibleArgumentParser), the config
+    # dataclasses whose fields and validators become flags and checks, the attention backend registry, the
+    # quantization methods, the Literal types some frontend flags take their choices from, the VLLM_*
+    # environment (envs.py, the platform's validate_environ) and DeviceConfig's "no platform" error.
+    "vllm/engine/arg_utils.py",
+    "vllm/utils/argparse_utils.py",
+    "vllm/entrypoints/cli/serve.py",
+    "vllm/entrypoints/openai/cli_args.py",
+    "vllm/entrypoints/common/cli_args.py",
+    "vllm/entrypoints/chat_utils.py",
+    "vllm/renderers/chat_utils/__init__.py",
+    "vllm/renderers/chat_utils/types.py",
+    "vllm/tool_parsers/tool_strict_level.py",
+    "vllm/config/",
+    "vllm/envs.py",
+    "vllm/platforms/interface.py",
+    "vllm/v1/attention/backends/registry.py",
+    "vllm/model_executor/layers/quantization/__init__.py",
+    "vllm/model_executor/model_loader/tensorizer.py",
 )
 
 # The flags that make nested Docker work on these hosts (--privileged lacks one capability here).
