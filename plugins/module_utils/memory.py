@@ -105,3 +105,22 @@ def read(proc="/proc", cgroup_root="/sys/fs/cgroup"):
             rel = os.path.dirname(rel)
     total = min([meminfo.get("MemTotal", 0)] + limits)
     return {"available_bytes": available(meminfo, headrooms), "total_bytes": total}
+
+
+class Watchdog:
+    """Pure over its inputs: how long free memory has stayed below the floor, and when to give up."""
+
+    def __init__(self, floor_bytes, grace_s):
+        self.floor, self.grace, self.low_since = floor_bytes, grace_s, None
+
+    def observe(self, available_bytes, now):
+        """None while fine; a message once memory has stayed low for the whole grace period."""
+        if not self.floor or available_bytes >= self.floor:
+            self.low_since = None
+            return None
+        if self.low_since is None:
+            self.low_since = now
+        if now - self.low_since >= self.grace:
+            return ("%.1f GiB free on the head for %ds (floor %.1f GiB)"
+                    % (available_bytes / 2**30, int(now - self.low_since), self.floor / 2**30))
+        return None

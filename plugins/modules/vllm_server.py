@@ -139,25 +139,6 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils.serve_plan import 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.waiter import WaitAborted, WaitTimeout, wait_for
 
 
-class MemoryWatchdog:
-    """Pure over its inputs: how long free memory has been below the floor, and when to give up."""
-
-    def __init__(self, floor_bytes, grace_s):
-        self.floor, self.grace, self.low_since = floor_bytes, grace_s, None
-
-    def observe(self, available_bytes, now):
-        """None while fine; a message once memory has stayed low for the grace period."""
-        if not self.floor or available_bytes >= self.floor:
-            self.low_since = None
-            return None
-        if self.low_since is None:
-            self.low_since = now
-        if now - self.low_since >= self.grace:
-            return ("%.1f GiB free on the head for %ds (floor %.1f GiB)"
-                    % (available_bytes / 2**30, int(now - self.low_since), self.floor / 2**30))
-        return None
-
-
 def follow(container, timeout, watchdog):
     def probe():
         container.reload()
@@ -246,7 +227,7 @@ def main():
         run_spec = dict(spec, environment=dict(env, VLLM_API_KEY=p["api_key"]) if p["api_key"] else env)
         container = _docker.replace(cli, name, run_spec, "vllm-serve", digest=digest)
         try:
-            watchdog = MemoryWatchdog(p["min_free_memory_mib"] * 2**20, p["memory_grace"])
+            watchdog = memory.Watchdog(p["min_free_memory_mib"] * 2**20, p["memory_grace"])
             _, _, waited = follow(container, p["startup_timeout"], watchdog)
         except (WaitAborted, WaitTimeout) as exc:
             tail = _docker.logs(container, tail=40)

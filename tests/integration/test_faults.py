@@ -111,12 +111,20 @@ def test_image_reports_each_patch_verdict():
         assert f"{pid}: applied" in out
 
 
-def test_unpatched_mimo_image_is_caught_as_garbage():
-    """Seed 004 without its patches (stand-in emulation of GB10's output): the model babbles ("ייך": the
-    MXFP8 scales never landed) and verify refuses it."""
-    rc, out = deploy({"sparkfleet_patches": [], "sparkfleet_required_patches": []})
+def test_mimo_image_without_the_scale_name_patch_is_caught_as_garbage():
+    """Seed 004's second stage (stand-in emulation of GB10's output): without mxfp8_scale_name the MXFP8
+    scales never land and the model babbles "ייך"; verify refuses it."""
+    rc, out = deploy({"sparkfleet_patches": ["mimo_qkv_split"], "sparkfleet_required_patches": ["mimo_qkv_split"]})
     assert rc != 0
     assert "unexpected scripts" in out
+
+
+def test_recipe_env_that_no_code_reads_is_refused_before_the_build():
+    """Without the qkv patch nothing reads VLLM_SPARKFLEET_MIMO_QKV_LAYOUT: a setting that would be silently
+    ignored is refused, naming the variable and the release."""
+    rc, out = deploy({"sparkfleet_patches": [], "sparkfleet_required_patches": []})
+    assert rc != 0
+    assert "VLLM_SPARKFLEET_MIMO_QKV_LAYOUT is not an environment variable of vLLM 0.34.0" in out
 
 
 def test_unknown_patch_id_fails_before_any_build():
