@@ -288,12 +288,14 @@ def start_node(client: docker.DockerClient, i: int, image: str, pubkey: str):
     name = node_name(i)
     try:
         container = client.containers.get(name)
-        if container.image.id == client.images.get(image).id:
+        env = container.attrs.get("Config", {}).get("Env") or []
+        if container.image.id == client.images.get(image).id and f"SIM_AUTHORIZED_KEY={pubkey}" in env:
             if container.status != "running":
                 log(f"starting the stopped node {name}")
                 container.start()
             return container
-        log(f"{name} runs an older node image: recreating it (its Docker engine's volume stays)")
+        log(f"{name} runs an older node image or another checkout's key: recreating it (its Docker engine's "
+            "volume stays)")
         container.remove(force=True)
     except NotFound:
         pass
