@@ -124,3 +124,19 @@ class Watchdog:
             return ("%.1f GiB free on the head for %ds (floor %.1f GiB)"
                     % (available_bytes / 2**30, int(now - self.low_since), self.floor / 2**30))
         return None
+
+
+def process_usage(pid, proc="/proc", cgroup_root="/sys/fs/cgroup"):
+    """Bytes charged to the memory cgroup of process ``pid`` (a container's), less reclaimable file cache."""
+    paths = parse_cgroup_paths(_read(os.path.join(proc, str(pid), "cgroup")) or "")
+    if "v2" in paths:
+        d = os.path.join(cgroup_root, paths["v2"].strip("/"))
+        usage = _int(_read(os.path.join(d, "memory.current")))
+        inactive = _stat(_read(os.path.join(d, "memory.stat")), "inactive_file")
+    elif "v1" in paths:
+        d = os.path.join(cgroup_root, "memory", paths["v1"].strip("/"))
+        usage = _int(_read(os.path.join(d, "memory.usage_in_bytes")))
+        inactive = _stat(_read(os.path.join(d, "memory.stat")), "total_inactive_file")
+    else:
+        return 0
+    return max(0, (usage or 0) - (inactive or 0))

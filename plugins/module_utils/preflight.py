@@ -156,6 +156,11 @@ def port_conflicts(listeners, expect):
 def _check_gpu(node, nf, exp, out):
     want = int(exp["gpus_per_node"])
     g = nf.get("gpu_with_request")
+    if g is not None and g.get("deferred") and g.get("toolkit") is False:
+        out.append(_defect(node, "gpu_with_request", "no NVIDIA Container Toolkit (no nvidia-container-runtime-hook)",
+                           "the NVIDIA Container Toolkit, so that --gpus gives containers the GPU",
+                           "install the NVIDIA Container Toolkit (nvidia-ctk runtime configure --runtime=docker) "
+                           "and restart dockerd on %s" % node))
     if g is not None and not g.get("deferred"):
         # "deferred": the node holds no image to probe with yet; the image stage probes it on arrival.
         if not g.get("visible"):
@@ -208,7 +213,7 @@ def _check_resources(node, nf, exp, out):
     if mem is not None and need:
         if mem.get("available_bytes") is None:
             out.append(_not_gathered(node, "memory"))
-        elif int(mem["available_bytes"]) < need:
+        elif int(mem["available_bytes"]) + int(mem.get("managed_bytes") or 0) < need:
             total = mem.get("total_bytes")
             if total is not None and int(total) < need:
                 fix = ("%s has only %s in all; lower the memory need (gpu_memory_utilization, max_model_len) or "
@@ -216,7 +221,10 @@ def _check_resources(node, nf, exp, out):
             else:
                 fix = ("free %s of memory on %s: stop the processes and containers using it"
                        % (_gib_up(need - int(mem["available_bytes"])), node))
-            out.append(_defect(node, "memory", "%s available" % _gib_down(int(mem["available_bytes"])),
+            out.append(_defect(node, "memory", "%s available%s" % (
+                _gib_down(int(mem["available_bytes"])), " (+ %s held by %s)" % (
+                    _gib_down(int(mem["managed_bytes"])), "/".join(exp["managed_containers"]))
+                if mem.get("managed_bytes") else ""),
                                ">= %s available" % _gib_up(need), fix))
     disk = nf.get("disk")
     need = int((exp.get("disk_need_bytes") or {}).get(node, 0) or 0)

@@ -1446,6 +1446,12 @@ def check(argv, env, caps, allowed_env=()):
         problems.append("no `vllm serve` flags were read for %s; cannot judge the command line" % release)
     else:
         problems.extend(_check_argv(args, flags, caps, release))
+        for flag, key in (("--attention-backend", "attention_backends"), ("--moe-backend", "moe_backends"),
+                          ("--quantization", "quantization_methods"), ("--kv-cache-dtype", "kv_cache_dtypes")):
+            given = any(a == flag or a.startswith(flag + "=") or a.replace("_", "-") == flag for a in args)
+            if given and not caps.get(key):
+                problems.append("%s is set, but no list of its valid values was read from vLLM %s (the file that "
+                                "declares them moved); cannot judge it" % (flag, release))
     problems.extend(_check_env(env or {}, caps, allowed_env, release))
     return problems
 

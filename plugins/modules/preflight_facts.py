@@ -39,10 +39,18 @@ options:
   snapshot_dir:
     description: The snapshot the deploy needs; reported present when its index and every shard it names exist.
     type: path
+  managed_containers:
+    description:
+      - The collection's own containers. The memory they hold is reported apart (C(memory.managed_bytes)):
+        a re-deploy replaces them, so it counts as available to the deploy.
+    type: list
+    elements: str
+    default: [sparkfleet-ray, sparkfleet-vllm]
 attributes:
   check_mode:
     support: full
-    details: Reads only; runs the same in check mode.
+    details: Runs the same in check mode. It starts two short-lived probe containers and removes them; nothing
+      it creates remains.
   diff_mode:
     support: none
   idempotent:
@@ -119,11 +127,12 @@ def snapshot_present(snapshot_dir):
 def container_facts(cli):
     out = []
     for c in cli.containers.list(all=True):
-        if c.labels.get("sparkfleet.role") == _gpu_probe.PROBE_LABELS["sparkfleet.role"]:
-            continue
-        requests = (c.attrs.get("HostConfig") or {}).get("DeviceRequests") or []
+        host = c.attrs.get("HostConfig") or {}
+        env = (c.attrs.get("Config") or {}).get("Env") or []
+        requested = any("gpu" in caps for r in host.get("DeviceRequests") or [] for caps in r.get("Capabilities") or [])
+        nvidia_runtime = host.get("Runtime") == "nvidia" and "NVIDIA_VISIBLE_DEVICES=all" in env
         out.append({"name": c.name, "image": (c.attrs.get("Config") or {}).get("Image", ""), "status": c.status,
-                    "labels": dict(c.labels), "gpu": any(["gpu"] in (r.get("Capabilities") or []) for r in requests)})
+                    "labels": dict(c.labels), "gpu": requested or nvidia_runtime})
     return out
 
 
@@ -135,6 +144,7 @@ def main():
             images=dict(type="list", elements="str", default=[]),
             hf_cache_dir=dict(type="path", default="/root/.cache/huggingface/hub"),
             snapshot_dir=dict(type="path"),
+            managed_containers=dict(type="list", elements="str", default=["sparkfleet-ray", "sparkfleet-vllm"]),
         ),
         supports_check_mode=True,
     )
@@ -144,9 +154,19 @@ def main():
     try:
         cli = _docker.connect()
         names = {c.id: c.name for c in cli.containers.list(all=True)}
+        managed_pids = [c.attrs.get("State", {}).get("Pid") for c in cli.containers.list()
+                        if c.name in p["managed_containers"]]
         facts["containers"] = container_facts(cli)
         facts["listeners"] = netstat.listeners(container_names=names)
-        facts["gpu_with_request"], facts["gpu_without_request"] = _gpu_probe.gpu_in_containers(cli, p["probe_images"])
+        # The base image where it is; on a node that already serves, the image of its Ray container.
+        images = p["probe_images"] + [(c.attrs.get("Config") or {}).get("Image", "") for c in cli.containers.list()
+                                      if c.name in p["managed_containers"]]
+        facts["gpu_with_request"], facts["gpu_without_request"] = _gpu_probe.gpu_in_containers(cli, images)
+        if facts["gpu_with_request"].get("deferred"):
+            # No image to probe with yet: dockerd gives containers a GPU on request only through the NVIDIA
+            # Container Toolkit's hook, so at least the toolkit must be there.
+            facts["gpu_with_request"]["toolkit"] = any(
+                module.get_bin_path(b) for b in ("nvidia-container-runtime-hook", "nvidia-ctk", "nvidia-container-cli"))
         facts["docker_version"] = cli.version().get("Version", "")
         facts["image_ids"] = {ref: _docker.image_id(cli, ref) for ref in p["images"] if _docker.image_id(cli, ref)}
     except _docker.DockerFailure as exc:
@@ -157,6 +177,7 @@ def main():
         module.fail_json(msg="preflight_facts: %s" % exc)
     facts["driver_version"] = facts["gpus"][0]["driver"] if facts["gpus"] else ""
     facts["memory"] = memory.read()
+    facts["memory"]["managed_bytes"] = sum(memory.process_usage(pid) for pid in managed_pids if pid)
     facts["disk"] = disk_facts(p["hf_cache_dir"])
     facts["net"] = net_facts(module, p["node_ip"])
     facts["snapshot_present"] = snapshot_present(p["snapshot_dir"])

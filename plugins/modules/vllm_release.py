@@ -79,7 +79,8 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Reads only; it runs the same in check mode.
+    details: Runs the same in check mode. It creates a container of the image (never started) to read its files
+      and removes it; nothing it creates remains.
   diff_mode:
     support: none
   idempotent:

@@ -409,3 +409,20 @@ def test_user_known_bad_addition_is_used():
     e = expect(known_bad_images=[*KNOWN_BAD_IMAGES, {"id": GOOD_IMAGE, "reason": "site ban"}])
     defects = judge(facts, e)
     assert [d["node"] for d in defects] == NODES and all("site ban" in d["found"] for d in defects)
+
+
+def test_memory_held_by_the_managed_containers_counts_as_available():
+    """A serving cluster's vLLM holds most of the node; the re-deploy replaces it, so it is not a defect."""
+    facts = {"n0": {"memory": {"available_bytes": 2 << 30, "total_bytes": 121 << 30, "managed_bytes": 100 << 30}}}
+    expect = {"node_ips": {"n0": "10.0.0.1"}, "memory_need_bytes": 60 << 30}
+    assert not [d for d in judge(facts, expect) if d["check"] == "memory"]
+    facts["n0"]["memory"]["managed_bytes"] = 10 << 30
+    (mem,) = [d for d in judge(facts, expect) if d["check"] == "memory"]
+    assert "held by sparkfleet-ray/sparkfleet-vllm" in mem["found"]
+
+
+def test_a_node_without_image_needs_at_least_the_container_toolkit():
+    facts = {"n0": {"gpu_with_request": {"visible": False, "deferred": True, "toolkit": False}},
+             "n1": {"gpu_with_request": {"visible": False, "deferred": True, "toolkit": True}}}
+    found = [d for d in judge(facts, {"node_ips": {"n0": "a", "n1": "b"}}) if d["check"] == "gpu_with_request"]
+    assert [d["node"] for d in found] == ["n0"] and "NVIDIA Container Toolkit" in found[0]["fix"]
