@@ -41,8 +41,8 @@ options:
     type: path
   managed_containers:
     description:
-      - The collection's own containers. The memory they hold is reported apart (C(memory.managed_bytes)):
-        a re-deploy replaces them, so it counts as available to the deploy.
+      - The collection's own containers. The memory they hold is reported apart, as C(memory.managed_bytes).
+        A re-deploy replaces them, so that memory counts as available to the deploy.
     type: list
     elements: str
     default: [sparkfleet-ray, sparkfleet-vllm]
