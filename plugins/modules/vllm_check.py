@@ -51,8 +51,16 @@ options:
         description: Tokens to generate.
         type: int
         default: 16
+      scripts:
+        description:
+          - The Unicode scripts this probe's answer is written in, for a probe in another language than the
+            others (for example C([han]) for Chinese, C([kana, han]) for Japanese). Defaults to O(scripts).
+        type: list
+        elements: str
   scripts:
-    description: Unicode scripts an answer may use.
+    description:
+      - Unicode scripts an answer may use, for probes that name none (latin, han, kana, hangul, hebrew, arabic,
+        cyrillic, greek, devanagari, thai). Digits, punctuation, symbols and emoji belong to every script.
     type: list
     elements: str
     default: [latin]
@@ -143,6 +151,7 @@ def main():
                 expect_any=dict(type="list", elements="str", default=[]),
                 kind=dict(type="str", choices=["completion", "chat"], default="completion"),
                 max_tokens=dict(type="int", default=16),
+                scripts=dict(type="list", elements="str"),
             )),
             scripts=dict(type="list", elements="str", default=["latin"]),
             container_name=dict(type="str", default=""),
@@ -172,7 +181,7 @@ def main():
                 problems.append("probe %r: HTTP %s %s" % (probe["prompt"], status, str(reply)[:200]))
                 answers.append({"prompt": probe["prompt"], "status": status, "ok": False})
                 continue
-            verdict = text_quality.assess(text, probe["expect_any"], tuple(p["scripts"]))
+            verdict = text_quality.assess(text, probe["expect_any"], tuple(probe["scripts"] or p["scripts"]))
             answers.append({"prompt": probe["prompt"], "answer": text, "ok": verdict["ok"],
                             "reasons": verdict["reasons"], "metrics": verdict["metrics"]})
             if not verdict["ok"]:
