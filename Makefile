@@ -12,12 +12,13 @@ export ANSIBLE_FORCE_COLOR ?= 0
 export PY_COLORS ?= 0
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help deps host demo test lint unit integration sim-up sim-down sim-images bench bench-verdicts
+.PHONY: help deps host demo test lint unit integration sim-up sim-down sim-images bench bench-verdicts patch-verdicts
 
 help:
 	@echo "make demo      simulated 4-node cluster + deploy_mimo.yml, prints the endpoint's answers"
 	@echo "make test      ruff + ansible-lint + unit tests + molecule (on the simulated cluster)"
 	@echo "make lint | unit | sim-up N=4 | sim-down | bench | bench-verdicts"
+	@echo "make patch-verdicts VLLM_SRC=DIR   each patch's verdict for a vLLM source tree, as JSON (writes nothing)"
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -62,3 +63,9 @@ bench: deps host
 
 bench-verdicts: deps host
 	$(BIN)/python benchmarks/time_to_verdict.py
+
+# DIR: a vllm package directory, or one that contains vllm/ (an unpacked sdist or wheel, a site-packages).
+patch-verdicts: deps
+	@test -n "$(VLLM_SRC)" || { echo "usage: make patch-verdicts VLLM_SRC=/path/to/tree" >&2; exit 2; }
+	@PYTHONPATH=$(CURDIR)/collections $(BIN)/python -m \
+		ansible_collections.sparkfleet.vllm.plugins.module_utils.patches.verdicts "$(VLLM_SRC)"

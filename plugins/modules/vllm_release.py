@@ -163,7 +163,8 @@ def judge(module, p):
                           p["port"], p["host"], p["extra_args"])
     except ValueError as exc:
         module.fail_json(msg="vllm_release: %s" % exc)
-    paths = tuple(vllm_capabilities.SOURCE_PATHS) + ("_version.py",) + tuple(x.target for x in selected)
+    paths = tuple(vllm_capabilities.SOURCE_PATHS) + ("_version.py",) + tuple(
+        path for x in selected for path in x.targets)  # every candidate: a patch uses the first that exists
     cli = _docker.connect()
     if _docker.image_id(cli, p["image"]) is None:
         module.fail_json(msg="base image %s is not in the Docker engine of this node; load or pull it there first "

@@ -1,13 +1,17 @@
 # Copyright: sparkfleet maintainers. MIT License (see LICENSE).
-"""The vLLM source patch engine: each patch knows how to find its target, whether upstream fixed it, and
-how to prove its own result.
+"""The vLLM source patch engine: each patch knows where its target may live, judges from the target's
+structure what runs on a GB10 (cuda_path.py), and proves its own result.
 
 Verdicts, per patch and vLLM version:
-  applied                    the buggy shape was found and rewritten; the result compiles and passes the
-                             patch's post-condition
+  applied                    the buggy behaviour is on the CUDA path and the patch rewrote it; the result
+                             compiles and passes the patch's post-condition
   already applied            our marker is present and the post-condition holds (applying twice changes nothing)
-  fixed upstream (skipped)   the release carries the fix; the file is left alone
-  anchor not found           neither the bug nor the fix is recognisable: the file moved or changed shape
+  fixed upstream (skipped)   the CUDA path of this release already behaves right; the file is left alone
+  anchor not found           the patch is needed or cannot be judged, but its target shape is not there (the
+                             file does not exist, moved, or changed shape); the detail says what was missing
+
+A patch may know several target paths (``targets``, the newest layout first): the engine uses the first one
+that exists in the tree and reports which.
 
 Standard library only, with relative imports: the same files run inside an image build, where the
 collection is not installed.
@@ -25,6 +29,12 @@ ALREADY = "already applied"
 FIXED = "fixed upstream (skipped)"
 NOT_FOUND = "anchor not found"
 
+# What a patch's judge() returns: (NEEDED, anchor for transform(), what is wrong on the CUDA path),
+# (UPSTREAM, reason) or (ABSENT, detail).
+NEEDED = "needed"
+UPSTREAM = "upstream"
+ABSENT = "absent"
+
 
 class PatchError(Exception):
     """A required patch cannot be applied, or a patch produced code that fails its own check."""
@@ -33,53 +43,34 @@ class PatchError(Exception):
 class Patch:
     id = ""
     title = ""
-    target = ""  # path relative to the vllm package directory
+    targets = ()  # candidate paths relative to the vllm package directory, in the order they are tried
     opt_in = False
+    looked_for = ""  # the shape the patch needs, in words (reported with "anchor not found")
     env = ()  # VLLM_* variables the patched code reads (vLLM's own envs.py does not know them)
+
+    @property
+    def target(self):
+        """The first candidate path (the one callers name when none exists)."""
+        return self.targets[0]
 
     @property
     def marker(self):
         return "# sparkfleet-patch: %s" % self.id
 
-    # Each patch implements these four.
-    def fixed_upstream(self, src, tree):
-        """Return a reason when this release already carries the fix, else None."""
+    # Each patch implements these three.
+    def judge(self, src, tree):
+        """Judge the CUDA path of this release: (NEEDED, anchor, why), (UPSTREAM, reason) or (ABSENT, detail)."""
         raise NotImplementedError
-
-    def locate(self, src, tree):
-        """Return whatever transform() needs when the buggy shape is present, else None."""
-        raise NotImplementedError
-
-    looked_for = ""
 
     def transform(self, src, anchor):
         raise NotImplementedError
 
     def postcondition(self, src):
-        """Problems with patched source (empty when the new code is present and the buggy shape gone)."""
+        """Problems with patched source (empty when the new code is present and the buggy behaviour gone)."""
         raise NotImplementedError
 
 
 # ------------------------------------------------------------------------------------------ AST helpers
-def find_def(tree, qualname):
-    """Find a function or class by dotted path (``Class.method``, ``outer.inner``)."""
-    nodes = [tree]
-    found = None
-    for part in qualname.split("."):
-        found = None
-        for parent in nodes:
-            for node in ast.walk(parent):
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == part:
-                    found = node
-                    break
-            if found:
-                break
-        if found is None:
-            return None
-        nodes = [found]
-    return found
-
-
 def segment(src, node):
     """(start, end) character offsets of a node's whole lines."""
     lines = src.splitlines(keepends=True)
@@ -100,13 +91,10 @@ def insert_function(src, func):
     return src[:at] + "\n\n%s\n" % inspect.getsource(func).rstrip() + src[at:]
 
 
-def has_def(tree, name):
-    return any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name for n in ast.walk(tree))
-
-
 # ------------------------------------------------------------------------------------------- running
-def evaluate(patch, src):
-    """Return (verdict, new_source_or_None, detail)."""
+def evaluate(patch, src, path=None):
+    """Return (verdict, new_source_or_None, detail) for the source of one target file."""
+    path = path or patch.target
     if patch.marker in src:
         problems = patch.postcondition(src)
         if problems:
@@ -115,22 +103,29 @@ def evaluate(patch, src):
     try:
         tree = ast.parse(src)
     except SyntaxError as exc:
-        raise PatchError("%s: %s does not parse: %s" % (patch.id, patch.target, exc)) from exc
-    reason = patch.fixed_upstream(src, tree)
-    if reason:
-        return FIXED, None, reason
-    anchor = patch.locate(src, tree)
-    if anchor is None:
-        return NOT_FOUND, None, "looked for " + patch.looked_for
-    new = patch.transform(src, anchor)
+        raise PatchError("%s: %s does not parse: %s" % (patch.id, path, exc)) from exc
+    kind, what, why = (patch.judge(src, tree) + ("",))[:3]
+    if kind == UPSTREAM:
+        return FIXED, None, what
+    if kind == ABSENT:
+        return NOT_FOUND, None, "%s; looked for %s" % (what, patch.looked_for) if patch.looked_for else what
+    new = patch.transform(src, what)
     try:
-        compile(new, patch.target, "exec")
+        compile(new, path, "exec")
     except SyntaxError as exc:
-        raise PatchError("%s: the patched %s does not compile: %s" % (patch.id, patch.target, exc)) from exc
+        raise PatchError("%s: the patched %s does not compile: %s" % (patch.id, path, exc)) from exc
     problems = patch.postcondition(new)
     if problems or patch.marker not in new:
         raise PatchError("%s: post-condition failed: %s" % (patch.id, "; ".join(problems) or "no marker"))
-    return APPLIED, new, "rewrote %s" % patch.target
+    return APPLIED, new, "rewrote %s%s" % (path, ": " + why if why else "")
+
+
+def find_target(vllm_dir, patch):
+    """The first of the patch's candidate paths that exists in the tree, else None."""
+    for rel in patch.targets:
+        if os.path.isfile(os.path.join(vllm_dir, rel)):
+            return rel
+    return None
 
 
 def vllm_version(vllm_dir):
@@ -149,19 +144,25 @@ def run(vllm_dir, patches, required=(), write=True):
     version = vllm_version(vllm_dir)
     report = []
     for patch in patches:
-        path = os.path.join(vllm_dir, patch.target)
-        if not os.path.exists(path):
-            verdict, new, detail = NOT_FOUND, None, "%s does not exist" % patch.target
+        rel = find_target(vllm_dir, patch)
+        if rel is None:
+            rel = patch.target
+            verdict, new = NOT_FOUND, None
+            detail = "%s does not exist" % patch.targets[0] + (
+                " (nor %s)" % ", ".join(patch.targets[1:]) if patch.targets[1:] else "")
         else:
+            path = os.path.join(vllm_dir, rel)
             with open(path) as fh:
                 src = fh.read()
-            verdict, new, detail = evaluate(patch, src)
+            verdict, new, detail = evaluate(patch, src, rel)
+            if verdict == APPLIED and not write:
+                detail = "would rewrite" + detail[len("rewrote"):] + " (dry run: nothing written)"
             if new is not None and write:
                 tmp = path + ".sparkfleet-tmp"
                 with open(tmp, "w") as fh:
                     fh.write(new)
                 os.replace(tmp, path)
-        report.append({"id": patch.id, "target": patch.target, "verdict": verdict, "detail": detail,
+        report.append({"id": patch.id, "target": rel, "verdict": verdict, "detail": detail,
                        "vllm_version": version})
     missing = [r for r in report if r["verdict"] == NOT_FOUND and r["id"] in required]
     if missing:
