@@ -19,15 +19,21 @@ It is not vLLM and nothing the collection ships depends on it. What it does for 
   * serves /health, /v1/models, /v1/completions, /v1/chat/completions and /metrics, with canned,
     coherent answers to known probe prompts.
 
-Like real inference on GB10, its answers depend on the vLLM source files in the image (the files the
-collection's patches rewrite). A MiMo checkpoint gives seed 004's garbage until the MXFP8 dispatch, the
-scale name and the qkv split are fixed ("あるい", then "ייך", then "*\0"); a Kimi checkpoint served by the
-Marlin WNA16 MoE kernel answers "foss foss foss" (seed 000).
+Like real inference on GB10, its answers and its kernel log lines depend on the vLLM source files in the
+image (the files the collection's patches rewrite). That is EMULATION, in gb10.py: it reads the structure of
+the release's files (which branch runs on CUDA, which dict maps a requested backend, which loader splits a
+fused tensor), never the names of the collection's patch functions, and gives the outcome the field saw:
+a MiMo checkpoint answers seed 004's garbage until the MXFP8 dispatch, the scale name and the qkv split are
+right ("あるい", then "ייך", then "*\0"), or fails to load where the release's qkv loader refuses the plain
+layout; a Kimi checkpoint bound to the Marlin WNA16 MoE kernel answers "foss foss foss" (seed 000); a
+release that refuses --moe-backend triton for WNA16 MoE fails its start with the release's message. Tests
+that rely on the emulation say so in their names or docstrings.
 
-SPARKFLEET_SIM_FAULT (comma separated) makes it misbehave:
+MISBEHAVIOUR is set only by these switches, in SPARKFLEET_SIM_FAULT (comma separated), which tests turn on
+through the serve container's environment:
   degenerate       completions collapse into "foss foss foss ..."
   script_soup      completions are a soup of scripts ("あるい ייך ...")
-  wrong_backend    the logs show a MoE backend other than the one requested
+  wrong_backend    the MoE backend in the logs (and in use) is another than the release would bind
   crash_on_load    the last rank dies while loading weights
   slow_load=S      every rank sleeps S seconds before loading
 """
@@ -64,6 +70,9 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import metadata
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gb10  # the GB10 emulation, beside this file
 
 PID = os.getpid()
 
@@ -1791,64 +1800,75 @@ def api_server_failure(exc: StartupError, source: VllmSource) -> None:
 
 
 # ------------------------------------------------------------------------- what the image's vLLM does
-def vllm_source(rel: str) -> str:
-    """A source file of the vllm package in this image ("" when absent)."""
-    import importlib.util
-
+def vllm_root() -> Path | None:
+    """The vllm package directory of this image."""
     spec = importlib.util.find_spec("vllm")
     if spec is None or not spec.submodule_search_locations:
-        return ""
-    path = Path(next(iter(spec.submodule_search_locations))) / rel
-    return path.read_text() if path.exists() else ""
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
-def mxfp8_dispatch_ok() -> bool:
-    src = vllm_source("model_executor/layers/quantization/modelopt.py")
-    return 'if quant_algo == "MXFP8"' in src or re.search(r"LINEAR_ALGOS[^=]*=\s*\{[^}]*\"MXFP8\"", src) is not None
+def resolved_quantization(quant: dict, release: gb10.Release) -> str:
+    """The method name vLLM resolves for the checkpoint: ModelOpt's mixed-precision checkpoints get the
+    mixed config where the release has one."""
+    method = str(quant.get("quant_method", "None"))
+    modelopt = release.root / "model_executor/layers/quantization/modelopt.py"
+    if method == "modelopt" and quant.get("quant_algo") == "MIXED_PRECISION" and modelopt.is_file() and \
+            '"modelopt_mixed"' in modelopt.read_text():
+        return "modelopt_mixed"
+    return method
 
 
-def mimo_garbage() -> str | None:
-    """Seed 004's progression: each missing fix has its own signature."""
-    mimo = vllm_source("model_executor/models/mimo_v2.py")
-    if not mxfp8_dispatch_ok():
-        return " あるいあるい あるい 。あるい"  # MXFP8 attention fell through to UnquantizedLinearMethod
-    if "_sparkfleet_scale_name" not in mimo:
-        return " ייך ייך ייךייך"  # weight_scale_inv never landed: zero scales
-    if "_sparkfleet_load_plain_qkv" not in mimo:
-        return " *\0*\0*\0*\0"  # Q rows posing as K and V on 7 of 8 ranks
-    return None
+def engine_config_text(args: argparse.Namespace, quant: dict, tp: int, pp: int, release: gb10.Release) -> str:
+    """The part of VllmConfig's text the checks read; kv_cache_dtype only where the release prints it."""
+    text = (f"model='{args.model}', quantization={resolved_quantization(quant, release)}, "
+            f"tensor_parallel_size={tp}, pipeline_parallel_size={pp}, enforce_eager={args.enforce_eager}")
+    config_py = release.root / "config" / "vllm.py"
+    if config_py.is_file() and "kv_cache_dtype={" in config_py.read_text():
+        text += f", kv_cache_dtype={getattr(args, 'kv_cache_dtype', None) or 'auto'}"
+    return text
 
 
-def wna16_honours_backend() -> bool:
-    src = vllm_source("model_executor/layers/quantization/compressed_tensors/compressed_tensors_moe/"
-                      "compressed_tensors_moe.py")
-    return VTUPLE >= (0, 27) or "_sparkfleet_requested_moe_backend" in src
+def attention_lines(config: dict, args: argparse.Namespace, release: gb10.Release) -> list[str]:
+    """The attention backend line, in the release's own words: MiMo's model file logs its DiffKV choice;
+    other models log the platform's choice (here the requested backend; nothing when none was requested)."""
+    requested = getattr(args, "attention_backend", None)
+    requested = getattr(requested, "name", requested)
+    arch = (config.get("architectures") or [""])[0]
+    if arch.startswith("MiMoV2"):
+        files = [f for f in gb10.MIMO_FILES if (release.root / f).is_file()]
+        line = release.log_line(files, r"for attention\.$", str(requested or "TRITON_ATTN_DIFFKV"))
+        return [line] if line else []
+    if requested:
+        line = release.log_line(["platforms/cuda.py"], r"attention backend out of potential backends",
+                                str(requested), [str(requested)])
+        return [line] if line else []
+    return []
 
 
-# -------------------------------------------------------------------------------------- kernel choice
-def moe_backend_lines(quant: dict, requested: str, fault: dict) -> list[str]:
-    """The MoE/quant selection lines real vLLM prints for this checkpoint, version and request."""
+def kernel_choice(quant: dict, requested: str, fault: dict, release: gb10.Release) -> tuple[list[str], str | None]:
+    """(log lines, emulated garbage or None): the kernels this release binds on GB10 for the checkpoint, as
+    gb10.py judges them from the release's source, with the lines the release itself logs for them. The
+    `wrong_backend` fault is the only switch here; everything else follows the release."""
     method = quant.get("quant_method", "")
     lines: list[str] = []
+    garbage = None
     if method == "compressed-tensors":
-        triton = requested == "triton" and wna16_honours_backend() and "wrong_backend" not in fault
-        if requested == "triton" and (0, 25) <= VTUPLE < (0, 27) and not wna16_honours_backend():
-            raise ValueError("--moe-backend triton is not supported for CompressedTensorsWNA16MoEMethod")
-        if triton:
-            q = "" if VTUPLE >= (0, 34) else "'"
-            lines += ["Using CompressedTensorsWNA16MoEMethod", f"Using {q}TRITON{q} WNA16 MoE backend.",
-                      "Using TritonWNA16Experts"]
-        elif VTUPLE <= (0, 22):
-            lines += ["Using CompressedTensorsWNA16MarlinMoEMethod",
-                      "Using Marlin backend for WNA16 MoE (group_size=32, num_bits=4)"]
-        else:
-            lines += ["Using CompressedTensorsWNA16MarlinMoEMethod", "Using 'MARLIN' WNA16 MoE backend."]
+        backend, lines = gb10.wna16(release, requested)  # raises gb10.ReleaseError where the release refuses
+        if "wrong_backend" in fault:
+            backend = "MARLIN" if backend != "MARLIN" else "TRITON"
+            lines = [re.sub(r"TRITON|MARLIN|Marlin", backend, line) for line in lines]
+        if backend == "MARLIN":
+            garbage = " " + " ".join(["foss"] * 64)  # seed 000: the Marlin WNA16 MoE kernel on GB10
     elif method == "modelopt":
         if VTUPLE < (0, 30):
             lines.append("Detected ModelOpt NVFP4 checkpoint (quant_algo=MIXED_PRECISION). Please note that "
                          "the format is experimental and could change in future.")
-        if mxfp8_dispatch_ok():
-            lines.append("Using FlashInferCutlassMxfp8LinearKernel for MXFP8 GEMM")
+        if gb10.mxfp8_linear_dispatch(release):
+            line = release.log_line(release.files("model_executor/kernels/**/*.py")
+                                    + release.files("model_executor/layers/quantization/**/*.py"),
+                                    r"^Using %s for MXFP8 GEMM", "FlashInferCutlassMxfp8LinearKernel")
+            lines.append(line or "Using FlashInferCutlassMxfp8LinearKernel for MXFP8 GEMM")
         chosen = "MARLIN" if requested in ("marlin", "auto") else requested.upper()
         if "wrong_backend" in fault:
             chosen = "FLASHINFER_CUTLASS" if chosen == "MARLIN" else "MARLIN"
@@ -1859,7 +1879,8 @@ def moe_backend_lines(quant: dict, requested: str, fault: dict) -> list[str]:
             lines.append("Your GPU does not have native support for FP4 computation but FP4 quantization is "
                          "being used. Weight-only FP4 compression will be used leveraging the Marlin kernel. "
                          "This may degrade performance for compute-heavy workloads.")
-    return lines
+        garbage, _why = gb10.mimo_outcome(release)  # raises gb10.ReleaseError where the loader refuses
+    return lines, garbage
 
 
 # ----------------------------------------------------------------------------------------- weights
@@ -2004,6 +2025,7 @@ CANNED = [
     (re.compile(r"capital of france", re.I), " Paris. It is the largest city in France and sits on the Seine."),
     (re.compile(r"12\s*[x×*]\s*7", re.I), " 12 × 7 = 84."),
     (re.compile(r"say hello", re.I), "Hey there! 👋 How's it going?"),
+    (re.compile(r"法国的首都"), "法国的首都是巴黎。巴黎也是法国最大的城市，位于塞纳河畔。"),
     (re.compile(r"def fibonacci\(n\):"),
      "\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n"),
 ]
@@ -2011,13 +2033,14 @@ GENERIC = " That is a good question. Here is a short, clear answer based on what
 SOUP = " あるい ייך *\0 あるい ייך ꧁ ḁ あるい ייך"
 
 
-def answer(prompt: str, max_tokens: int, fault: dict) -> str:
-    if "degenerate" in fault or fault.get("_kernel") == "marlin_wna16":
+def answer(prompt: str, max_tokens: int, fault: dict, emulated: str | None) -> str:
+    """The completion: a fault switch first, then what GB10 would compute (gb10.py), then the canned answer."""
+    if "degenerate" in fault:
         return " " + " ".join(["foss"] * max(1, max_tokens))
     if "script_soup" in fault:
         return SOUP
-    if fault.get("_garbage"):
-        return fault["_garbage"]
+    if emulated:
+        return "".join(re.findall(r"\s*\S+", emulated)[: max(1, max_tokens)])
     text = next((canned for pattern, canned in CANNED if pattern.search(prompt)), GENERIC)
     words = re.findall(r"\s*\S+", text)
     return "".join(words[: max(1, max_tokens)])
@@ -2079,13 +2102,13 @@ class Api(BaseHTTPRequestHandler):
         s["requests"] += 1
         created = int(time.time())
         if self.path == "/v1/completions":
-            text = answer(str(req.get("prompt", "")), max_tokens, s["fault"])
+            text = answer(str(req.get("prompt", "")), max_tokens, s["fault"], s["emulated"])
             return self.reply(200, {"id": f"cmpl-{s['requests']}", "object": "text_completion",
                                     "created": created, "model": s["served"],
                                     "choices": [{"index": 0, "text": text, "finish_reason": "length"}]})
         if self.path == "/v1/chat/completions":
             msgs = req.get("messages") or [{}]
-            text = answer(str(msgs[-1].get("content", "")), max_tokens, s["fault"]).strip()
+            text = answer(str(msgs[-1].get("content", "")), max_tokens, s["fault"], s["emulated"]).strip()
             return self.reply(200, {"id": f"chatcmpl-{s['requests']}", "object": "chat.completion",
                                     "created": created, "model": s["served"],
                                     "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
@@ -2113,20 +2136,15 @@ def serve(args: argparse.Namespace, parser, source: VllmSource) -> int:
     quant = config.get("quantization_config", {})
     log(f"Resolved architecture: {config.get('architectures', ['?'])[0]}", where="model.py:1")
     log(f"Using max model len {max_model_len}", where="model.py:2")
-    log(f"Initializing a V1 LLM engine (v{VERSION}) with config: model='{args.model}', "
-        f"quantization={quant.get('quant_method', 'None')}, tensor_parallel_size={tp}, "
-        f"pipeline_parallel_size={pp}, enforce_eager={args.enforce_eager}",
+    release = gb10.Release(source.root)
+    log(f"Initializing a V1 LLM engine (v{VERSION}) with config: {engine_config_text(args, quant, tp, pp, release)}",
         "EngineCore_DP0", where="core.py:1")
     source.proc = "EngineCore_DP0"
     source.check_env_choices()  # the engine core reads its VLLM_* variables (envs.enable_envs_cache)
-    backend_lines = moe_backend_lines(quant, args.moe_backend or "auto", fault)
+    backend_lines, emulated = kernel_choice(quant, args.moe_backend or "auto", fault, release)
+    backend_lines += attention_lines(config, args, release)
     for line in backend_lines:
         log(line, "EngineCore_DP0", where="quantization.py:1")
-    # What the GPU would compute with these kernels and these sources.
-    if quant.get("quant_method") == "modelopt":
-        fault["_garbage"] = mimo_garbage()
-    if any("WNA16MarlinMoEMethod" in line for line in backend_lines):
-        fault["_kernel"] = "marlin_wna16"
     if args.distributed_executor_backend != "ray" and tp * pp > 1:
         raise ValueError("stand-in: multi-node runs need --distributed-executor-backend ray")
     files = shard_files(model)
@@ -2159,7 +2177,7 @@ def serve(args: argparse.Namespace, parser, source: VllmSource) -> int:
 
     api_keys = args.api_key or ([os.environ["VLLM_API_KEY"]] if os.environ.get("VLLM_API_KEY") else [])
     Api.state = {"served": served, "model": args.model, "max_model_len": max_model_len,
-                 "started": time.time(), "requests": 0, "fault": fault,
+                 "started": time.time(), "requests": 0, "fault": fault, "emulated": emulated,
                  "api_keys": [api_keys] if isinstance(api_keys, str) else list(api_keys)}
     httpd = ThreadingHTTPServer((host, args.port), Api)
     engine.watch(lambda: os._exit(1))
@@ -2200,6 +2218,11 @@ def main(argv: list[str]) -> int:
         return serve(args, parser, source)
     except StartupError as exc:
         api_server_failure(exc, source)
+        return 1
+    except gb10.ReleaseError as exc:  # the release refuses the configuration while it builds the model
+        log(f"EngineCore failed to start. ValueError: {exc}", "EngineCore_DP0", "ERROR", "core.py:3")
+        log("RuntimeError: Engine core initialization failed. See root cause above.", level="ERROR",
+            where="api_server.py:3")
         return 1
     except Exception as exc:  # noqa: BLE001 (reported the way vLLM's engine reports a failed start)
         log(f"EngineCore failed to start. {type(exc).__name__}: {exc}", "EngineCore_DP0", "ERROR", "core.py:3")
