@@ -12,8 +12,10 @@ description:
   - Checks C(/health) (200), C(/v1/models) (lists the served name), then sends every probe and judges each
     answer. An answer fails on degenerate repetition ("foss foss foss"), a soup of unrelated scripts, NUL
     bytes, or when it lacks all of the probe's expected words.
-  - When the serve container is named, also compares the requested C(--moe-backend) with the backend the
-    startup log shows, and for MXFP8 checkpoints requires the MXFP8 GEMM line.
+  - When the serve container is named, also compares every kernel fact the command line and the recipe ask for
+    (MoE backend, attention backend, KV-cache dtype, quantization method, MXFP8 linear kernel) with what the
+    startup log states, in the wording of the release that logged it. A mismatch fails and names both values;
+    a fact the release does not log is reported as unverifiable, never as passed.
   - Fails with every problem found, so a deploy never ends with a "healthy" server that emits garbage.
 options:
   url:
@@ -68,11 +70,34 @@ options:
     description: The serve container whose startup log to check; empty to skip the log checks.
     type: str
     default: ""
+  serve_args:
+    description:
+      - The C(vllm serve) arguments the server was started with. The kernels they request are checked against
+        the startup log - C(--moe-backend), C(--attention-backend), C(--kv-cache-dtype) and C(--quantization).
+    type: list
+    elements: str
+    default: []
   moe_backend:
-    description: The MoE backend the command line requested.
+    description: The MoE backend the command line requested (overrides C(--moe-backend) in O(serve_args)).
+    type: str
+  attention_backend:
+    description: The attention backend to expect (overrides C(--attention-backend) in O(serve_args)).
+    type: str
+  kv_cache_dtype:
+    description: The KV-cache dtype to expect (overrides C(--kv-cache-dtype) in O(serve_args)).
+    type: str
+  quantization:
+    description: The quantization method vLLM must resolve (for example V(modelopt_mixed), V(compressed-tensors)).
+    type: str
+  mxfp8_linear_kernel:
+    description:
+      - The MXFP8 linear kernel to expect (for example V(flashinfer_cutlass), seed 004's
+        C(FlashInferCutlassMxfp8LinearKernel)); V(any) asks only that one was chosen.
     type: str
   expect_mxfp8:
-    description: Require the C(Using ... for MXFP8 GEMM) line.
+    description:
+      - Require an MXFP8 GEMM line (any kernel) when O(mxfp8_linear_kernel) is not set. Without it, MXFP8
+        attention fell through to UnquantizedLinearMethod (seed 004's first garbage).
     type: bool
     default: false
   timeout:
@@ -101,7 +126,8 @@ EXAMPLES = r"""
         expect_any: [Paris]
         max_tokens: 10
     container_name: sparkfleet-vllm
-    moe_backend: triton
+    serve_args: [--moe-backend, triton, --kv-cache-dtype, fp8]
+    quantization: compressed-tensors
 """
 
 RETURN = r"""
@@ -119,12 +145,57 @@ boot:
   description: Facts from the startup log (when C(container_name) is set).
   returned: when container_name is set
   type: dict
+kernels:
+  description:
+    - One verdict per expected kernel fact, with C(fact), C(expected), C(found), C(status) (V(ok), V(mismatch) or
+      V(unverifiable)) and C(message).
+  returned: when container_name is set
+  type: list
+  elements: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import text_quality, vllm_logs
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._http import request
+
+FLAG_FACTS = {"--moe-backend": "moe_backend", "--attention-backend": "attention_backend",
+              "--kv-cache-dtype": "kv_cache_dtype", "--quantization": "quantization", "-q": "quantization"}
+
+
+def expected_kernels(params):
+    """The kernel facts to expect: the flags of the serve command line, then the explicit options."""
+    expected = {}
+    args = list(params["serve_args"])
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag in FLAG_FACTS:
+            if not eq:
+                value = args[i + 1] if i + 1 < len(args) else None
+            expected[FLAG_FACTS[flag]] = value
+    for fact in ("moe_backend", "attention_backend", "kv_cache_dtype", "quantization", "mxfp8_linear_kernel"):
+        if params[fact]:
+            expected[fact] = params[fact]
+    if params["expect_mxfp8"] and not expected.get("mxfp8_linear_kernel"):
+        expected["mxfp8_linear_kernel"] = "any"
+    return expected
+
+
+def kernel_problems(verdict_list):
+    """The failing verdicts, each naming both values; seed 000's and seed 004's in their known words."""
+    out = []
+    for v in verdict_list:
+        if v["status"] != "mismatch":
+            continue
+        if v["fact"] == "moe_backend" and v["found"] is not None:
+            found = v["found"] if isinstance(v["found"], str) else "/".join(v["found"])
+            out.append("requested --moe-backend %s, but vLLM resolved %s" % (v["expected"], found.upper()))
+        elif v["fact"] == "mxfp8_linear_kernel" and v["found"] is None:
+            out.append("%s: no MXFP8 GEMM line, so MXFP8 attention fell back to UnquantizedLinearMethod"
+                       % v["message"])
+        else:
+            out.append(v["message"])
+    return out
 
 
 def run_probe(base, name, probe, api_key, timeout):
@@ -155,7 +226,12 @@ def main():
             )),
             scripts=dict(type="list", elements="str", default=["latin"]),
             container_name=dict(type="str", default=""),
+            serve_args=dict(type="list", elements="str", default=[]),
             moe_backend=dict(type="str"),
+            attention_backend=dict(type="str"),
+            kv_cache_dtype=dict(type="str"),
+            quantization=dict(type="str"),
+            mxfp8_linear_kernel=dict(type="str"),
             expect_mxfp8=dict(type="bool", default=False),
             timeout=dict(type="int", default=120),
         ),
@@ -199,7 +275,11 @@ def main():
                 problems.append("no serve container %s to read the startup log from" % p["container_name"])
             else:
                 out["boot"] = vllm_logs.parse(_docker.logs(container))
-                problems += vllm_logs.backend_verdict(p["moe_backend"], out["boot"], p["expect_mxfp8"])
+                out["kernels"] = vllm_logs.verdicts(expected_kernels(p), out["boot"])
+                problems += kernel_problems(out["kernels"])
+                for v in out["kernels"]:
+                    if v["status"] == "unverifiable":
+                        module.warn(v["message"])
         except _docker.DockerFailure as exc:
             problems.append(str(exc))
     if problems:

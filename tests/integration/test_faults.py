@@ -146,7 +146,8 @@ KIMI = {"sparkfleet_model_repo_id": "sparkfleet-sim/Kimi-K2.5-tiny",
 
 
 def test_kimi_on_vllm_021_without_the_patch_is_seed_000():
-    """--moe-backend triton reaches the command line, Marlin is bound anyway, the answer is foss foss foss."""
+    """--moe-backend triton reaches the command line, Marlin is bound anyway, the answer is foss foss foss.
+    Relies on the stand-in's GB10 emulation (gb10.py reads 0.21.0's method choice: Marlin on CUDA)."""
     rc, out = deploy(dict(KIMI, sparkfleet_patches=[], sparkfleet_required_patches=[]),
                      playbook="deploy_kimi.yml")
     assert rc != 0
@@ -155,6 +156,7 @@ def test_kimi_on_vllm_021_without_the_patch_is_seed_000():
 
 
 def test_kimi_with_the_wna16_patch_uses_triton_and_is_coherent():
+    """Relies on the stand-in's GB10 emulation: the patched condition sends triton to the Triton method."""
     rc, out = deploy(KIMI, playbook="deploy_kimi.yml")
     assert rc == 0, out[-4000:]
     assert "wna16_moe_backend: applied" in out and "MoE backend triton" in out and "Paris" in out

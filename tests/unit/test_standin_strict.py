@@ -291,3 +291,50 @@ def test_standin_reader_needs_only_the_vllm_source_prefixes(prefix_site, capsys)
                                      "variable `VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to help debug "
                                      "the issue.")
     assert source.notes == []
+
+
+# ------------------------------------------------------------------------------- kernels in the logs
+@pytest.mark.parametrize("recipe", sorted((REPO / "recipes").glob("*.yml")), ids=lambda p: p.stem)
+def test_standin_kernel_lines_are_what_verify_reads(recipe, image_site, tmp_path):
+    """The stand-in's kernel, attention and config lines (its GB10 emulation, rendered from the release's own
+    formats) meet the verify step's parser: on the patched release every fact the recipe asks for is read
+    back as expected; the unpatched Kimi release shows seed 000's Marlin."""
+    import make_checkpoint
+
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils import patches, vllm_logs
+    from ansible_collections.sparkfleet.vllm.plugins.modules import vllm_check
+
+    version, site = image_site
+    r = yaml.safe_load(recipe.read_text())
+    if tuple(int(x) for x in version.split(".")) < tuple(int(x) for x in r["min_vllm"].split(".")):
+        pytest.skip("the recipe needs a later release")
+    flavour = "mimo" if r["name"].startswith("mimo") else "kimi"
+    config = {"architectures": make_checkpoint.FLAVOURS[flavour]["architectures"]}
+    quant = make_checkpoint.FLAVOURS[flavour]["quantization_config"]
+    argv = serve_argv("/models/x", r["served_model_name"], 8, 1, 8000, "0.0.0.0", r.get("serve_args", []))
+    args, _, _ = read_cli(site, *argv[1:])
+    expected = vllm_check.expected_kernels(dict(
+        serve_args=r["serve_args"], moe_backend=r["moe_backend"], attention_backend=None, kv_cache_dtype=None,
+        quantization=r["quantization"], mxfp8_linear_kernel=r.get("mxfp8_linear_kernel"),
+        expect_mxfp8=r.get("expect_mxfp8", False)))
+
+    def boot_log(vllm_dir):
+        release = standin.gb10.Release(vllm_dir)
+        lines, garbage = standin.kernel_choice(quant, args.moe_backend, {}, release)
+        lines += standin.attention_lines(config, args, release)
+        text = standin.engine_config_text(args, quant, 8, 1, release)
+        lines.append(f"Initializing a V1 LLM engine (v{version}) with config: {text}")
+        return "\n".join(f"(EngineCore_DP0 pid=1) INFO 12-03 10:00:00 [x.py:1] {line}" for line in lines), garbage
+
+    pristine = tmp_path / "vllm"
+    shutil.copytree(site / "vllm", pristine)
+    log, garbage = boot_log(pristine)
+    if flavour == "kimi" and version == "0.21.0":
+        verdicts = vllm_logs.verdicts(expected, vllm_logs.parse(log), version)
+        assert vllm_check.kernel_problems(verdicts) == ["requested --moe-backend triton, but vLLM resolved MARLIN"]
+        assert garbage.split()[:3] == ["foss"] * 3
+    patches.run(str(pristine), patches.select(r["patches"]), required=r["required_patches"])
+    log, garbage = boot_log(pristine)
+    verdicts = vllm_logs.verdicts(expected, vllm_logs.parse(log), version)
+    assert {v["fact"]: v["status"] for v in verdicts} == {fact: "ok" for fact in expected}, verdicts
+    assert garbage is None

@@ -102,7 +102,10 @@ def render(node, values) -> str:
             values.get(ast.unparse(v.value), "") if isinstance(values, dict) else next(it, ""))
             for v in node.values)
     text = node.value
-    return text % tuple(values) if values else text
+    try:
+        return text % tuple(values) if values else text
+    except (TypeError, ValueError):  # a literal without placeholders ("Using fp8 data type ...")
+        return text
 
 
 # --------------------------------------------------------------------------------- a tiny evaluator

@@ -1830,20 +1830,25 @@ def engine_config_text(args: argparse.Namespace, quant: dict, tp: int, pp: int, 
 
 
 def attention_lines(config: dict, args: argparse.Namespace, release: gb10.Release) -> list[str]:
-    """The attention backend line, in the release's own words: MiMo's model file logs its DiffKV choice;
-    other models log the platform's choice (here the requested backend; nothing when none was requested)."""
+    """The attention and KV-cache lines, in the release's own words: a quantized KV cache is announced by the
+    cache config; MiMo's model file logs its DiffKV choice; other models log the platform's choice (an
+    explicit --attention-backend as the enum; nothing here when none was requested)."""
+    lines = []
+    kv_dtype = str(getattr(args, "kv_cache_dtype", None) or "auto")
+    if kv_dtype.startswith("fp8"):
+        line = release.log_line(["config/cache.py"], r"data type to store kv cache.*Meanwhile", kv_dtype)
+        lines += [line] if line else []
     requested = getattr(args, "attention_backend", None)
     requested = getattr(requested, "name", requested)
     arch = (config.get("architectures") or [""])[0]
     if arch.startswith("MiMoV2"):
         files = [f for f in gb10.MIMO_FILES if (release.root / f).is_file()]
         line = release.log_line(files, r"for attention\.$", str(requested or "TRITON_ATTN_DIFFKV"))
-        return [line] if line else []
-    if requested:
-        line = release.log_line(["platforms/cuda.py"], r"attention backend out of potential backends",
-                                str(requested), [str(requested)])
-        return [line] if line else []
-    return []
+        lines += [line] if line else []
+    elif requested:
+        line = release.log_line(["platforms/cuda.py"], r"^Using %s backend\.$", f"AttentionBackendEnum.{requested}")
+        lines += [line] if line else []
+    return lines
 
 
 def kernel_choice(quant: dict, requested: str, fault: dict, release: gb10.Release) -> tuple[list[str], str | None]:
