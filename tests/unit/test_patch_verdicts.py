@@ -7,7 +7,6 @@ it: the verdicts must equal the table; applied results compile and pass their po
 reports "already applied" and changes nothing."""
 
 import ast
-import gzip
 import io
 import json
 import os
@@ -18,13 +17,12 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
+from vllm_fixture_tree import INDEX, materialise, vt
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import patches
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.patches import cuda_path, p5_wna16_moe_backend, verdicts
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURES = REPO / "tests" / "unit" / "fixtures" / "vllm"
-INDEX = json.loads((FIXTURES / "index.json").read_text())
 
 A, F, N = patches.APPLIED, patches.FIXED, patches.NOT_FOUND
 IDS = ("marlin_chunked_repack", "modelopt_mxfp8_dispatch", "mxfp8_scale_name", "mimo_qkv_split", "wna16_moe_backend")
@@ -81,19 +79,6 @@ TABLE = {
 
 OLD_CT = "model_executor/layers/quantization/compressed_tensors/compressed_tensors_moe.py"
 NEW_CT = "model_executor/layers/quantization/compressed_tensors/compressed_tensors_moe/compressed_tensors_moe.py"
-
-
-def vt(v):
-    return tuple(int(x) for x in v.split("."))
-
-
-def materialise(version, dest):
-    """The release's watched files under dest/vllm (what the fixtures hold: watched files plus _version.py)."""
-    for rel, blob in INDEX[version].items():
-        path = dest / "vllm" / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(gzip.decompress((FIXTURES / "files" / blob).read_bytes()))
-    return dest / "vllm"
 
 
 def snapshot(vllm):

@@ -4,35 +4,18 @@
 These tests pin what the emulation answers, so that the integration tests which rely on it (Kimi on Marlin
 answers "foss", MiMo without a patch answers seed 004's garbage) rest on the releases' own structure."""
 
-import gzip
-import json
 import re
 import sys
 from pathlib import Path
 
 import pytest
+from vllm_fixture_tree import RELEASES, materialise, vt
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import patches
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "sim" / "standin"))
 import gb10
-
-FIXTURES = REPO / "tests" / "unit" / "fixtures" / "vllm"
-INDEX = json.loads((FIXTURES / "index.json").read_text())
-RELEASES = list(INDEX)
-
-
-def vt(v):
-    return tuple(int(x) for x in v.split("."))
-
-
-def materialise(version, dest):
-    for rel, blob in INDEX[version].items():
-        path = dest / "vllm" / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(gzip.decompress((FIXTURES / "files" / blob).read_bytes()))
-    return dest / "vllm"
 
 
 def kimi(release):
