@@ -101,3 +101,11 @@ def test_the_stand_in_never_reads_our_patch_names():
     for path in (REPO / "tests" / "sim" / "standin").glob("*.py"):
         text = path.read_text()
         assert "sparkfleet-patch" not in text and not any(n in text for n in names), path
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_nvfp4_moe_line_is_the_releases_own(version, tmp_path):
+    line = gb10.nvfp4_moe_line(gb10.Release(materialise(version, tmp_path)), "MARLIN")
+    q = "" if vt(version) >= (0, 34) else "'"
+    assert line == (f"Using {q}MARLIN{q} NvFp4 MoE backend out of potential backends: "
+                    "['FLASHINFER_TRTLLM', 'FLASHINFER_CUTLASS', 'CUTLASS', 'MARLIN'].")

@@ -308,6 +308,22 @@ def wna16(rel: Release, requested: str) -> tuple[str, list[str]]:
 
 
 # ------------------------------------------------------------------------------------ ModelOpt MiMo
+NVFP4_ORACLE = "model_executor/layers/fused_moe/oracle/nvfp4.py"
+NVFP4_BACKENDS = ["FLASHINFER_TRTLLM", "FLASHINFER_CUTLASS", "CUTLASS", "MARLIN"]
+
+
+def nvfp4_moe_line(rel: Release, backend: str) -> str:
+    """The NvFp4 MoE backend line in the release's words: the oracle's own message (0.17-0.33), or the one
+    message every oracle shares (0.34)."""
+    line = rel.log_line([NVFP4_ORACLE], r"NvFp4 MoE backend out of potential backends",
+                        {"backend.value": backend, "available_backend_strs": NVFP4_BACKENDS})
+    if line is None:
+        fields = {"backend.value": backend, "self.name": "NvFp4", "lora": "",
+                  "available": " out of potential backends: %s" % NVFP4_BACKENDS}
+        line = rel.log_line([ORACLE_BASE], r"^Using \{\} \{\} MoE \{\}backend\{\}\.$", fields)
+    return line or "Using '%s' NvFp4 MoE backend out of potential backends: %s." % (backend, NVFP4_BACKENDS)
+
+
 def mxfp8_linear_dispatch(rel: Release) -> bool:
     """Does the mixed-precision config give MXFP8 linear layers a quantized method?"""
     tree = rel.tree(MODELOPT)

@@ -1866,9 +1866,8 @@ def kernel_choice(quant: dict, requested: str, fault: dict, release: gb10.Releas
         if backend == "MARLIN":
             garbage = " " + " ".join(["foss"] * 64)  # seed 000: the Marlin WNA16 MoE kernel on GB10
     elif method == "modelopt":
-        if VTUPLE < (0, 30):
-            lines.append("Detected ModelOpt NVFP4 checkpoint (quant_algo=MIXED_PRECISION). Please note that "
-                         "the format is experimental and could change in future.")
+        detected = release.log_line([gb10.MODELOPT], r"^Detected ModelOpt NVFP4 checkpoint", "MIXED_PRECISION")
+        lines += [detected] if detected else []  # 0.30 dropped this warning
         if gb10.mxfp8_linear_dispatch(release):
             line = release.log_line(release.files("model_executor/kernels/**/*.py")
                                     + release.files("model_executor/layers/quantization/**/*.py"),
@@ -1877,9 +1876,7 @@ def kernel_choice(quant: dict, requested: str, fault: dict, release: gb10.Releas
         chosen = "MARLIN" if requested in ("marlin", "auto") else requested.upper()
         if "wrong_backend" in fault:
             chosen = "FLASHINFER_CUTLASS" if chosen == "MARLIN" else "MARLIN"
-        q = "" if VTUPLE >= (0, 34) else "'"
-        lines.append(f"Using {q}{chosen}{q} NvFp4 MoE backend out of potential backends: "
-                     "['FLASHINFER_TRTLLM', 'FLASHINFER_CUTLASS', 'CUTLASS', 'MARLIN'].")
+        lines.append(gb10.nvfp4_moe_line(release, chosen))
         if chosen == "MARLIN":
             lines.append("Your GPU does not have native support for FP4 computation but FP4 quantization is "
                          "being used. Weight-only FP4 compression will be used leveraging the Marlin kernel. "
