@@ -163,6 +163,7 @@ def test_kimi_with_the_wna16_patch_uses_triton_and_is_coherent():
 
 
 def test_back_to_mimo():
+    """Relies on the stand-in's GB10 emulation: on the patched 0.34.0 image MiMo's answers are coherent."""
     rc, out = deploy()
     assert rc == 0, out[-4000:]
 
