@@ -68,6 +68,8 @@ RULE_CHARS = frozenset("-=_*#~.─━═")
 DOMINANT_RUN = (5, 0.4)  # a run of 5+ that is 40%+ of the non-space characters is the whole answer: "。。。。。"
 BLANK_LINE_FLOOD = 6  # newlines until max_tokens
 SPACE_RUN_FLOOD = 120  # spaces beyond any indentation or table padding
+ODD_SPACE_FLOOD = 8  # other Unicode spaces in a row (U+3000, NBSP, U+2028 ...): no answer pads with them
+PUNCT_LOOP = re.compile(r"([^\w\s]{2,4}?)\1{7,}")  # "?!?!?!…", "。，。，…", "()()()…": punctuation looping
 MAX_UNIT_CHARS = 48  # longest character unit looked for back to back
 MAX_UNIT_WORDS = 16  # longest word unit looked for back to back
 UNIT_REPEATS = 4  # a unit of 2+ characters 4 times back to back: "あるいあるいあるいあるい"
@@ -86,8 +88,33 @@ _DENSE_CATEGORIES = frozenset(("Lu", "Ll", "Lt", "Lm", "Lo", "Mn", "Mc", "Me", "
 _BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")
 _LINE_ITEM = re.compile(r"^[ \t]*(?:\d{1,4}[.)]|[-*+•‣◦▪●·])(?:[ \t]+(.*))?$")
 _INLINE_NUMBER = re.compile(r"(?:^|(?<=\s))(\d{1,4})[.)](?=\s)")
-_SPACE_RUN = re.compile(r"[ \t]+")
+_SPACE_RUN = re.compile(r"[^\S\n\r]+")  # spaces, tabs and the other Unicode spaces (U+3000, NBSP, ...)
+UNSPACED_SCRIPTS = frozenset(("han", "kana", "thai"))
 _BLANK_LINES = re.compile(r"\n(?:[ \t\r]*\n)+")
+
+
+def _contains_word(text, word):
+    """Whether text holds word as a word of its own: "hi" is not in "this", "84" is not in "1984" or "845",
+    while "3.14" is in "3.14159" and "84" is in "答えは84です" (scripts written without spaces bound nothing).
+    A word in such a script is looked for as a substring."""
+    if not word:
+        return False
+    if any(script_of(ch) in UNSPACED_SCRIPTS for ch in word):
+        return word in text
+
+    def binds(ch):  # a neighbour that continues the word
+        return ch.isdigit() or (ch.isalpha() and script_of(ch) not in UNSPACED_SCRIPTS)
+
+    start = text.find(word)
+    while start >= 0:
+        end = start + len(word)
+        before = text[start - 1] if start else ""
+        after = text[end] if end < len(text) else ""
+        decimal_prefix = after.isdigit() and "." in word and word[-1].isdigit()
+        if not (before and binds(before)) and not (after and binds(after) and not decimal_prefix):
+            return True
+        start = text.find(word, start + 1)
+    return False
 
 
 def script_of(ch):
@@ -151,6 +178,14 @@ def _longest_runs(text, nonspace):
     blank = max((m.group().count("\n") - 1 for m in _BLANK_LINES.finditer(text)), default=0)
     spaces = max((len(m.group()) for m in _SPACE_RUN.finditer(text)), default=0)
     return longest, char, blank, spaces
+
+
+def _punctuation_loop(nonspace):
+    """A unit of 2-4 punctuation marks (of at least two kinds) repeated back to back 8 times or more."""
+    for m in PUNCT_LOOP.finditer("".join(nonspace)):
+        if len(set(m.group(1))) > 1:
+            return m.group(1)
+    return ""
 
 
 def _flood_limit(ch):
@@ -248,6 +283,8 @@ def metrics(text):
         "nonspace_chars": len(nonspace),
         "blank_line_run": blank_lines,
         "space_run": space_run,
+        "odd_space_run": max((len(x) for x in re.findall(r"[^\S \t\n\r]+", text)), default=0),
+        "punctuation_loop": _punctuation_loop(nonspace),
         "repeated_unit": unit,
         "unit_repeats": repeats,
         "unit_coverage": coverage,
@@ -325,6 +362,11 @@ def _flood_reasons(m):
         reasons.append("character flood (blank_line_run): %d blank lines in a row" % m["blank_line_run"])
     if m["space_run"] >= SPACE_RUN_FLOOD:
         reasons.append("character flood (space_run): %d spaces in a row" % m["space_run"])
+    if m["odd_space_run"] >= ODD_SPACE_FLOOD:
+        reasons.append("character flood (odd_space_run): %d Unicode spaces in a row" % m["odd_space_run"])
+    if m["punctuation_loop"]:
+        reasons.append("degenerate repetition (punctuation_loop): %r repeated 8 times or more back to back"
+                       % m["punctuation_loop"])
     return reasons
 
 
@@ -369,6 +411,6 @@ def assess(text, expect_any=None, scripts=("latin",), min_words=1):
         reasons += _script_reasons(m, scripts, foreign)
     if expect_any:
         lowered = unicodedata.normalize("NFKC", text).casefold()
-        if not any(unicodedata.normalize("NFKC", str(e)).casefold() in lowered for e in expect_any):
+        if not any(_contains_word(lowered, unicodedata.normalize("NFKC", str(e)).casefold()) for e in expect_any):
             reasons.append("answer lacks any of the expected words %s" % list(expect_any))
     return {"ok": not reasons, "reasons": reasons, "metrics": m}

@@ -301,6 +301,12 @@ _HEAD = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\
 _PROC = re.compile(r"^(?:\([^()]*\bpid=\d+[^()]*\)\s*)+")
 
 
+def _release_tuple(version):
+    """(major, minor) of a version string, (0, 0) when unknown."""
+    m = re.match(r"(\d+)\.(\d+)", str(version or ""))
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
 def message(line):
     """The message body of one log line, whatever prefix vLLM, decorate_logs or Ray put before it."""
     line = _ANSI.sub("", line).rstrip("\r\n")
@@ -351,6 +357,10 @@ def parse(text):
             value = read(m) if m else None
             if value:
                 hits.setdefault(fact, []).append((rank, order, value))
+    # From 0.27 the WNA16 method no longer is the kernel: it asks the oracle, which may bind Marlin. Its name
+    # says nothing about the backend there, so it never stands in for the oracle's line.
+    if _release_tuple(facts.get("vllm_version")) >= (0, 27):
+        hits["moe_backend"] = [h for h in hits.get("moe_backend", ()) if not (h[0] == 2 and h[2] == "triton")]
     for fact in FACTS:
         best = min((h[0] for h in hits.get(fact, ())), default=None)
         values = []

@@ -15,7 +15,8 @@ description:
   - When the serve container is named, also compares every kernel fact the command line and the recipe ask for
     (MoE backend, attention backend, KV-cache dtype, quantization method, MXFP8 linear kernel) with what the
     startup log states, in the wording of the release that logged it. A mismatch fails and names both values;
-    a fact the release does not log is reported as unverifiable, never as passed.
+    a fact the log cannot prove is unverifiable, and fails unless O(unverifiable=warn). The KV-cache dtype is
+    read from the engine's resolved configuration line, the other facts from the kernels' own lines.
   - Fails with every problem found, so a deploy never ends with a "healthy" server that emits garbage.
 options:
   url:
@@ -94,6 +95,19 @@ options:
       - The MXFP8 linear kernel to expect (for example V(flashinfer_cutlass), seed 004's
         C(FlashInferCutlassMxfp8LinearKernel)); V(any) asks only that one was chosen.
     type: str
+  vllm_version:
+    description:
+      - The vLLM release the server runs (the inventory's pin, checked against the image by the preflight).
+        Decides which facts the release logs; defaults to the version the log states.
+    type: str
+  unverifiable:
+    description:
+      - What an expected fact that the log cannot prove does to the verdict - the release does not log it, or
+        the release is not known to this collection. V(fail) fails the check (a fact nobody saw is never
+        passed); V(warn) passes with a warning, for a release newer than the collection's catalogue.
+    type: str
+    choices: [fail, warn]
+    default: fail
   expect_mxfp8:
     description:
       - Require an MXFP8 GEMM line (any kernel) when O(mxfp8_linear_kernel) is not set. Without it, MXFP8
@@ -191,8 +205,9 @@ def kernel_problems(verdict_list):
             found = v["found"] if isinstance(v["found"], str) else "/".join(v["found"])
             out.append("requested --moe-backend %s, but vLLM resolved %s" % (v["expected"], found.upper()))
         elif v["fact"] == "mxfp8_linear_kernel" and v["found"] is None:
-            out.append("%s: no MXFP8 GEMM line, so MXFP8 attention fell back to UnquantizedLinearMethod"
-                       % v["message"])
+            hint = "" if "UnquantizedLinearMethod" in v["message"] else (
+                ": no MXFP8 GEMM line, so MXFP8 attention fell back to UnquantizedLinearMethod")
+            out.append(v["message"] + hint)
         else:
             out.append(v["message"])
     return out
@@ -232,6 +247,8 @@ def main():
             kv_cache_dtype=dict(type="str"),
             quantization=dict(type="str"),
             mxfp8_linear_kernel=dict(type="str"),
+            vllm_version=dict(type="str"),
+            unverifiable=dict(type="str", choices=["fail", "warn"], default="fail"),
             expect_mxfp8=dict(type="bool", default=False),
             timeout=dict(type="int", default=120),
         ),
@@ -275,10 +292,15 @@ def main():
                 problems.append("no serve container %s to read the startup log from" % p["container_name"])
             else:
                 out["boot"] = vllm_logs.parse(_docker.logs(container))
-                out["kernels"] = vllm_logs.verdicts(expected_kernels(p), out["boot"])
+                out["kernels"] = vllm_logs.verdicts(expected_kernels(p), out["boot"], p["vllm_version"])
                 problems += kernel_problems(out["kernels"])
                 for v in out["kernels"]:
-                    if v["status"] == "unverifiable":
+                    if v["status"] != "unverifiable":
+                        continue
+                    if p["unverifiable"] == "fail":
+                        problems.append("%s (set unverifiable=warn to accept a fact no log line proves)"
+                                        % v["message"])
+                    else:
                         module.warn(v["message"])
         except _docker.DockerFailure as exc:
             problems.append(str(exc))

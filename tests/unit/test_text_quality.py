@@ -173,3 +173,17 @@ def test_expected_words_ignore_case_and_width():
 def test_min_words():
     assert not assess(" Paris.", None, ("latin",), min_words=3)["ok"]
     assert assess(" Paris is nice.", None, ("latin",), min_words=3)["ok"]
+
+
+def test_expected_words_are_whole_words_in_spaced_scripts():
+    assert not assess(" Nothing in this answer helps.", ["hello", "hey", "hi"])["ok"]
+    assert not assess(" The year was 1984.", ["84"])["ok"]
+    assert assess(" Hi there!", ["hello", "hey", "hi"])["ok"]
+    assert assess(" π ≈ 3.14159", ["3.14"])["ok"]
+
+
+def test_punctuation_loops_and_unicode_space_floods_are_caught():
+    for text in (" Paris" + "?!" * 30, "巴黎" + "。，" * 30, " Paris" + "\u3000" * 60, " Paris" + "\u2028" * 40):
+        assert not assess(text, None, ("latin", "han"))["ok"], repr(text)
+    assert assess(" Paris?! Really?!", None)["ok"]
+    assert assess("| a | b | c |\n|---|---|---|\n| 1 | 2 | 3 |", None)["ok"]

@@ -253,7 +253,10 @@ def wna16_method(rel: Release, requested: str) -> tuple[str, list[str]]:
                     taken = marlin_body  # the release's default on a platform Marlin supports
                 marlin = bool(taken) == marlin_body
                 return ("marlin" if marlin else "wna16"), _literal_logs(node.body if taken else node.orelse)
-    return "wna16", ["Using CompressedTensorsWNA16MoEMethod"]
+    # No Marlin method to choose (0.27 on): the one WNA16 method, and its own line where the release logs it.
+    line = rel.log_line(rel.files(CT_MOE + "/**/*.py") + rel.files(CT_MOE + "/*.py"),
+                        r"^Using CompressedTensorsWNA16MoEMethod$")
+    return "wna16", [line] if line else []
 
 
 def _oracle_mapping(tree) -> dict[str, str]:
@@ -312,7 +315,7 @@ NVFP4_ORACLE = "model_executor/layers/fused_moe/oracle/nvfp4.py"
 NVFP4_BACKENDS = ["FLASHINFER_TRTLLM", "FLASHINFER_CUTLASS", "CUTLASS", "MARLIN"]
 
 
-def nvfp4_moe_line(rel: Release, backend: str) -> str:
+def nvfp4_moe_line(rel: Release, backend: str) -> str | None:
     """The NvFp4 MoE backend line in the release's words: the oracle's own message (0.17-0.33), or the one
     message every oracle shares (0.34)."""
     line = rel.log_line([NVFP4_ORACLE], r"NvFp4 MoE backend out of potential backends",
@@ -321,7 +324,7 @@ def nvfp4_moe_line(rel: Release, backend: str) -> str:
         fields = {"backend.value": backend, "self.name": "NvFp4", "lora": "",
                   "available": " out of potential backends: %s" % NVFP4_BACKENDS}
         line = rel.log_line([ORACLE_BASE], r"^Using \{\} \{\} MoE \{\}backend\{\}\.$", fields)
-    return line or "Using '%s' NvFp4 MoE backend out of potential backends: %s." % (backend, NVFP4_BACKENDS)
+    return line  # None: this release logs no NvFp4 MoE backend line
 
 
 def mxfp8_linear_dispatch(rel: Release) -> bool:

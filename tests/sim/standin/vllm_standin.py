@@ -1869,18 +1869,20 @@ def kernel_choice(quant: dict, requested: str, fault: dict, release: gb10.Releas
         detected = release.log_line([gb10.MODELOPT], r"^Detected ModelOpt NVFP4 checkpoint", "MIXED_PRECISION")
         lines += [detected] if detected else []  # 0.30 dropped this warning
         if gb10.mxfp8_linear_dispatch(release):
-            line = release.log_line(release.files("model_executor/kernels/**/*.py")
-                                    + release.files("model_executor/layers/quantization/**/*.py"),
-                                    r"^Using %s for MXFP8 GEMM", "FlashInferCutlassMxfp8LinearKernel")
-            lines.append(line or "Using FlashInferCutlassMxfp8LinearKernel for MXFP8 GEMM")
+            files = release.files("model_executor/kernels/**/*.py") + release.files(
+                "model_executor/layers/quantization/**/*.py")
+            line = release.log_line(files, r"^Using %s for MXFP8 GEMM", "FlashInferCutlassMxfp8LinearKernel") or \
+                release.log_line(files, r"^Using %s backend for MXFP8 GEMM", "flashinfer-cutlass")  # <= 0.19
+            lines += [line] if line else []
         chosen = "MARLIN" if requested in ("marlin", "auto") else requested.upper()
         if "wrong_backend" in fault:
             chosen = "FLASHINFER_CUTLASS" if chosen == "MARLIN" else "MARLIN"
-        lines.append(gb10.nvfp4_moe_line(release, chosen))
+        moe_line = gb10.nvfp4_moe_line(release, chosen)
+        lines += [moe_line] if moe_line else []
         if chosen == "MARLIN":
-            lines.append("Your GPU does not have native support for FP4 computation but FP4 quantization is "
-                         "being used. Weight-only FP4 compression will be used leveraging the Marlin kernel. "
-                         "This may degrade performance for compute-heavy workloads.")
+            warning = release.log_line(["model_executor/layers/quantization/utils/marlin_utils_fp4.py"],
+                                       r"Weight-only FP4 compression will be used")
+            lines += [warning] if warning else []
         garbage, _why = gb10.mimo_outcome(release)  # raises gb10.ReleaseError where the loader refuses
     return lines, garbage
 
