@@ -321,9 +321,8 @@ def parse(text):
 
     Kernel facts (FACTS) hold the winning value as logged (moe_backend lower-cased), None when no line
     states it; "<fact>s" lists every distinct value of the winning rank (e.g. attention_backends).
-    mxfp8_gemm is kept as an alias of mxfp8_linear_kernel.
     """
-    facts = {"phases": [], "errors": [], "moe_backend": None, "mxfp8_gemm": None}
+    facts = {"phases": [], "errors": [], "moe_backend": None}
     hits = {}
     for order, line in enumerate(text.splitlines()):
         body = message(line)
@@ -372,7 +371,6 @@ def parse(text):
     if facts["quantization"] == "None":
         facts["quantization"] = "none"
         facts["quantizations"] = ["none"]
-    facts["mxfp8_gemm"] = facts["mxfp8_linear_kernel"]
     return facts
 
 
@@ -510,27 +508,22 @@ def verdicts(expected, facts, vllm_version=None):
 
 
 def problems(verdict_list, unverifiable_fails=False):
-    """The messages of the failing verdicts: mismatches, and unverifiable ones when asked to."""
-    failing = ("mismatch", "unverifiable") if unverifiable_fails else ("mismatch",)
-    return [v["message"] for v in verdict_list if v["status"] in failing]
-
-
-def backend_verdict(requested, facts, expect_mxfp8=False):
-    """Compare the requested MoE backend with the one the logs show. Returns a list of problems.
-
-    The older interface of verdicts(): a missing line is a problem whatever the release.
-    """
-    expected = {"moe_backend": requested, "mxfp8_linear_kernel": "any" if expect_mxfp8 else None}
+    """The failing verdicts as messages that name both values: mismatches, and unverifiable facts when asked to.
+    Seed 000 and seed 004 read in their known words: "requested --moe-backend triton, but vLLM resolved MARLIN";
+    no MXFP8 GEMM line means the attention fell back to UnquantizedLinearMethod."""
     out = []
-    for v in verdicts(expected, facts):
-        if v["status"] == "ok":
+    for v in verdict_list:
+        if v["status"] == "unverifiable" and unverifiable_fails:
+            out.append(v["message"])
+        if v["status"] != "mismatch":
             continue
-        if v["fact"] == "moe_backend":
-            if v["found"] is None:
-                out.append("requested --moe-backend %s, but no MoE backend line was logged" % requested)
-            else:
-                out.append("requested --moe-backend %s, but vLLM resolved %s" % (requested,
-                                                                                _show("moe_backend", v["found"])))
+        if v["fact"] == "moe_backend" and v["found"] is not None:
+            found = v["found"] if isinstance(v["found"], str) else "/".join(v["found"])
+            out.append("requested --moe-backend %s, but vLLM resolved %s" % (v["expected"], found.upper()))
+        elif v["fact"] == "mxfp8_linear_kernel" and v["found"] is None and \
+                "UnquantizedLinearMethod" not in v["message"]:
+            out.append(v["message"] + ": no MXFP8 GEMM line, so MXFP8 attention fell back to "
+                       "UnquantizedLinearMethod")
         else:
-            out.append("no 'Using ... for MXFP8 GEMM' line: MXFP8 attention fell back to UnquantizedLinearMethod")
+            out.append(v["message"])
     return out

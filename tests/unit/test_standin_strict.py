@@ -331,7 +331,7 @@ def test_standin_kernel_lines_are_what_verify_reads(recipe, image_site, tmp_path
     log, garbage = boot_log(pristine)
     if flavour == "kimi" and version == "0.21.0":
         verdicts = vllm_logs.verdicts(expected, vllm_logs.parse(log), version)
-        assert vllm_check.kernel_problems(verdicts) == ["requested --moe-backend triton, but vLLM resolved MARLIN"]
+        assert vllm_logs.problems(verdicts) == ["requested --moe-backend triton, but vLLM resolved MARLIN"]
         assert garbage.split()[:3] == ["foss"] * 3
     patches.run(str(pristine), patches.select(r["patches"]), required=r["required_patches"])
     log, garbage = boot_log(pristine)

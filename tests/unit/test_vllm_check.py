@@ -1,7 +1,7 @@
 """vllm_check's expectations: which kernel facts a serve command line and a recipe ask the log to show."""
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import vllm_logs
-from ansible_collections.sparkfleet.vllm.plugins.modules.vllm_check import expected_kernels, kernel_problems
+from ansible_collections.sparkfleet.vllm.plugins.modules.vllm_check import expected_kernels
 
 NONE = dict(serve_args=[], moe_backend=None, attention_backend=None, kv_cache_dtype=None, quantization=None,
             mxfp8_linear_kernel=None, expect_mxfp8=False)
@@ -17,9 +17,10 @@ def test_flags_of_the_command_line_in_both_spellings():
     assert got == {"kv_cache_dtype": "fp8", "attention_backend": "TRITON_ATTN_DIFFKV", "moe_backend": "marlin"}
 
 
-def test_options_override_the_command_line_and_mxfp8_defaults_to_any():
-    got = expected_kernels(params(serve_args=["--moe-backend", "marlin"], moe_backend="triton",
-                                  quantization="compressed-tensors", expect_mxfp8=True))
+def test_the_command_line_wins_options_fill_in_and_mxfp8_defaults_to_any():
+    """The server was told what the command line says (its last --moe-backend, as argparse takes it)."""
+    got = expected_kernels(params(serve_args=["--moe-backend", "marlin", "--moe-backend=triton"],
+                                  moe_backend="marlin", quantization="compressed-tensors", expect_mxfp8=True))
     assert got == {"moe_backend": "triton", "quantization": "compressed-tensors", "mxfp8_linear_kernel": "any"}
     assert expected_kernels(params(expect_mxfp8=True, mxfp8_linear_kernel="flashinfer_cutlass")) == {
         "mxfp8_linear_kernel": "flashinfer_cutlass"}
@@ -38,11 +39,12 @@ def test_problems_name_both_values_and_the_seed_symptoms():
         {"fact": "quantization", "expected": "modelopt_mixed", "found": "modelopt_mixed", "status": "ok",
          "message": "o"},
     ]
-    out = kernel_problems(verdicts)
+    out = vllm_logs.problems(verdicts)
     assert out[0] == "requested --moe-backend triton, but vLLM resolved MARLIN"
     assert "UnquantizedLinearMethod" in out[1]
     assert "TRITON_ATTN_DIFFKV" in out[2] and "FLASH_ATTN_DIFFKV" in out[2]
-    assert len(out) == 3  # unverifiable is warned about, not failed, and never counted as ok
+    assert len(out) == 3  # unverifiable is not a mismatch...
+    assert vllm_logs.problems(verdicts, unverifiable_fails=True)[3] == "u"  # ...and fails when asked to
 
 
 def test_a_mismatch_from_a_real_line_fails():
@@ -50,7 +52,7 @@ def test_a_mismatch_from_a_real_line_fails():
            "(APIServer pid=7) INFO 12-03 10:00:00 [startup.py:60] vLLM server version 0.34.0, serving model m\n")
     verdicts = vllm_logs.verdicts({"attention_backend": "TRITON_ATTN_DIFFKV"}, vllm_logs.parse(log))
     assert [v["status"] for v in verdicts] == ["mismatch"]
-    assert kernel_problems(verdicts) == [verdicts[0]["message"]]
+    assert vllm_logs.problems(verdicts) == [verdicts[0]["message"]]
 
 
 def test_a_log_that_names_no_known_release_proves_nothing():

@@ -12,7 +12,6 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils import vllm_logs
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.vllm_logs import (
     FACTS,
     FORMS,
-    backend_verdict,
     canonical,
     loggable,
     loggable_ranges,
@@ -323,8 +322,7 @@ def test_seed000_triton_requested_marlin_logged_is_a_mismatch(release):
     (v,) = verdicts({"moe_backend": "triton"}, facts, release)
     assert v["status"] == "mismatch" and v["found"] == "marlin"
     assert "triton" in v["message"] and "MARLIN" in v["message"]
-    assert problems([v]) == [v["message"]]
-    assert backend_verdict("triton", facts) == ["requested --moe-backend triton, but vLLM resolved MARLIN"]
+    assert problems([v]) == ["requested --moe-backend triton, but vLLM resolved MARLIN"]
 
 
 @pytest.mark.parametrize("release", vl.between("0.27.0", "0.34.0"))
@@ -332,7 +330,6 @@ def test_seed000_triton_honoured(release):
     facts = parse(kimi_log(release, "TRITON"))
     expected = {"moe_backend": "triton", "quantization": "compressed-tensors"}
     assert [v["status"] for v in verdicts(expected, facts, release)] == ["ok", "ok"]
-    assert backend_verdict("triton", facts) == []
 
 
 def test_a_patched_release_that_logs_only_the_triton_method_passes():
@@ -382,8 +379,8 @@ def test_seed004_no_mxfp8_gemm_line_is_the_unquantized_fallback(release):
     assert "UnquantizedLinearMethod" in bad and "flashinfer_cutlass" in bad
     (v,) = [v for v in out if v["status"] != "ok"]
     assert v["fact"] == "mxfp8_linear_kernel" and v["status"] == "mismatch" and v["found"] is None
-    assert backend_verdict("marlin", facts, expect_mxfp8=True) == [
-        "no 'Using ... for MXFP8 GEMM' line: MXFP8 attention fell back to UnquantizedLinearMethod"]
+    (any_kernel,) = problems(verdicts({"mxfp8_linear_kernel": "any"}, facts, release))
+    assert "UnquantizedLinearMethod" in any_kernel
 
 
 def test_seed004_wrong_attention_and_kv_cache_name_both_values():
@@ -536,10 +533,3 @@ def test_errors_are_collected(release):
     assert any("Ray worker rank 7 died" in e for e in errors)
     assert any("EngineCore failed to start" in e for e in errors)
     assert any("Engine core initialization failed" in e for e in errors)
-
-
-def test_backend_verdict_keeps_its_interface():
-    assert backend_verdict("auto", parse(kimi_log("0.21.0", "MARLIN"))) == []
-    assert backend_verdict(None, parse("")) == []
-    assert backend_verdict("triton", parse("")) == [
-        "requested --moe-backend triton, but no MoE backend line was logged"]

@@ -1800,14 +1800,6 @@ def api_server_failure(exc: StartupError, source: VllmSource) -> None:
 
 
 # ------------------------------------------------------------------------- what the image's vLLM does
-def vllm_root() -> Path | None:
-    """The vllm package directory of this image."""
-    spec = importlib.util.find_spec("vllm")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
 def resolved_quantization(quant: dict, release: gb10.Release) -> str:
     """The method name vLLM resolves for the checkpoint: ModelOpt's mixed-precision checkpoints get the
     mixed config where the release has one."""
@@ -1860,9 +1852,8 @@ def kernel_choice(quant: dict, requested: str, fault: dict, release: gb10.Releas
     garbage = None
     if method == "compressed-tensors":
         backend, lines = gb10.wna16(release, requested)  # raises gb10.ReleaseError where the release refuses
-        if "wrong_backend" in fault:
-            backend = "MARLIN" if backend != "MARLIN" else "TRITON"
-            lines = [re.sub(r"TRITON|MARLIN|Marlin", backend, line) for line in lines]
+        if "wrong_backend" in fault:  # what the release binds for the other request, in its own lines
+            backend, lines = gb10.wna16(release, "marlin" if requested == "triton" else "triton")
         if backend == "MARLIN":
             garbage = " " + " ".join(["foss"] * 64)  # seed 000: the Marlin WNA16 MoE kernel on GB10
     elif method == "modelopt":
