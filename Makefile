@@ -12,13 +12,15 @@ export ANSIBLE_FORCE_COLOR ?= 0
 export PY_COLORS ?= 0
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help deps host demo test lint unit integration sim-up sim-down sim-images bench bench-verdicts patch-verdicts
+.PHONY: help deps host demo test lint unit integration sim-up sim-down sim-images bench bench-verdicts patch-verdicts \
+	gpu-wheels gpu-stage gpu-check
 
 help:
 	@echo "make demo      simulated 4-node cluster + deploy_mimo.yml, prints the endpoint's answers"
 	@echo "make test      ruff + ansible-lint + unit tests + molecule (on the simulated cluster)"
 	@echo "make lint | unit | sim-up N=4 | sim-down | bench | bench-verdicts"
 	@echo "make patch-verdicts VLLM_SRC=DIR   each patch's verdict for a vLLM source tree, as JSON (writes nothing)"
+	@echo "make gpu-wheels (networked) | gpu-stage | gpu-check OUT=DIR (GPU host, offline): real vLLM tier"
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -69,3 +71,19 @@ patch-verdicts: deps
 	@test -n "$(VLLM_SRC)" || { echo "usage: make patch-verdicts VLLM_SRC=/path/to/tree" >&2; exit 2; }
 	@PYTHONPATH=$(CURDIR)/collections $(BIN)/python -m \
 		ansible_collections.sparkfleet.vllm.plugins.module_utils.patches.verdicts "$(VLLM_SRC)"
+
+# The GPU tier (README: "Real vLLM on a GPU"), kept out of `make test` and CI.
+# gpu-wheels runs on a networked machine; gpu-stage and gpu-check on the GPU host, which needs no network.
+GPU_PYTHON ?= python3
+OUT ?= .gpu/out
+RUNS ?= unpatched,patched,random,fp8
+gpu-wheels:
+	$(GPU_PYTHON) tests/gpu/wheels.py download
+	$(GPU_PYTHON) tests/gpu/wheels.py pack
+
+gpu-stage:
+	$(GPU_PYTHON) tests/gpu/wheels.py stage
+
+gpu-check:
+	$(GPU_PYTHON) tests/gpu/wheels.py stage
+	$(GPU_PYTHON) tests/gpu/check.py --out $(OUT) --runs $(RUNS)

@@ -71,6 +71,11 @@ options:
     description: The serve container whose startup log to check; empty to skip the log checks.
     type: str
     default: ""
+  log_file:
+    description:
+      - The server's startup log as a file on the managed host, for a C(vllm serve) that runs outside a
+        container (a bare-metal or systemd service, the GPU tier's runs). Read like the container's log.
+    type: path
   serve_args:
     description:
       - The C(vllm serve) arguments the server was started with. The kernels they request are checked against
@@ -158,14 +163,14 @@ models:
   type: list
   elements: str
 boot:
-  description: Facts from the startup log (when C(container_name) is set).
-  returned: when container_name is set
+  description: Facts from the startup log (when C(container_name) or C(log_file) is set).
+  returned: when container_name or log_file is set
   type: dict
 kernels:
   description:
     - One verdict per expected kernel fact, with C(fact), C(expected), C(found), C(status) (V(ok), V(mismatch) or
       V(unverifiable)) and C(message).
-  returned: when container_name is set
+  returned: when container_name or log_file is set
   type: list
   elements: dict
 """
@@ -226,6 +231,7 @@ def main():
             )),
             scripts=dict(type="list", elements="str", default=["latin"]),
             container_name=dict(type="str", default=""),
+            log_file=dict(type="path"),
             serve_args=dict(type="list", elements="str", default=[]),
             moe_backend=dict(type="str"),
             attention_backend=dict(type="str"),
@@ -237,6 +243,7 @@ def main():
             expect_mxfp8=dict(type="bool", default=False),
             timeout=dict(type="int", default=120),
         ),
+        mutually_exclusive=[("container_name", "log_file")],
         supports_check_mode=True,
     )
     p = module.params
@@ -267,7 +274,14 @@ def main():
                                 % (probe["prompt"], text[:120], "; ".join(verdict["reasons"])))
     except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
         problems.append("endpoint %s: %s: %s" % (base, type(exc).__name__, exc))
-    if p["container_name"]:
+    log = None
+    if p["log_file"]:
+        try:
+            with open(p["log_file"], encoding="utf-8", errors="replace") as fh:
+                log = fh.read()
+        except OSError as exc:
+            problems.append("cannot read the startup log %s: %s" % (p["log_file"], exc.strerror))
+    elif p["container_name"]:
         from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker
 
         _docker.require(module)
@@ -276,15 +290,17 @@ def main():
             if container is None:
                 problems.append("no serve container %s to read the startup log from" % p["container_name"])
             else:
-                out["boot"] = vllm_logs.parse(_docker.logs(container))
-                out["kernels"] = vllm_logs.verdicts(expected_kernels(p), out["boot"], p["vllm_version"])
-                problems += vllm_logs.problems(out["kernels"], unverifiable_fails=p["unverifiable"] == "fail")
-                if p["unverifiable"] == "warn":
-                    for v in out["kernels"]:
-                        if v["status"] == "unverifiable":
-                            module.warn(v["message"])
+                log = _docker.logs(container)
         except _docker.DockerFailure as exc:
             problems.append(str(exc))
+    if log is not None:
+        out["boot"] = vllm_logs.parse(log)
+        out["kernels"] = vllm_logs.verdicts(expected_kernels(p), out["boot"], p["vllm_version"])
+        problems += vllm_logs.problems(out["kernels"], unverifiable_fails=p["unverifiable"] == "fail")
+        if p["unverifiable"] == "warn":
+            for v in out["kernels"]:
+                if v["status"] == "unverifiable":
+                    module.warn(v["message"])
     if problems:
         module.fail_json(msg="endpoint %s is not proven coherent: %s" % (base, " | ".join(problems)),
                          answers=answers, models=models, **out)
