@@ -1,0 +1,102 @@
+"""The GPU tier's offline carriage (tests/gpu/wheels.py) and the parts of its driver that need no GPU
+(tests/gpu/check.py): pieces are accepted only when their digest matches, an incomplete or altered set
+is refused before pip runs, and the recipe's serve flags travel unchanged but for the context length."""
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "gpu"))
+import check
+import wheels
+
+
+@pytest.fixture
+def carried(tmp_path):
+    """A lock of two fake wheels, packed into pieces of 1 MiB."""
+    whl = tmp_path / "wheels"
+    whl.mkdir()
+    lock = []
+    for name, size in (("alpha", 1_500_000), ("beta", 700_000)):
+        path = whl / ("%s-1.0-py3-none-any.whl" % name)
+        path.write_bytes(bytes(range(256)) * (size // 256))
+        lock.append("%s==1.0 --hash=sha256:%s  # why" % (name, hashlib.sha256(path.read_bytes()).hexdigest()))
+    req = tmp_path / "requirements.txt"
+    req.write_text("# comment\n" + "\n".join(lock) + "\n#   gamma==2.0  # not carried\n")
+    return tmp_path, whl, req
+
+
+def _pack(tmp_path, whl, req, monkeypatch):
+    monkeypatch.setattr(wheels, "REQUIREMENTS", str(req))
+    monkeypatch.setattr(wheels, "WORK", str(tmp_path))
+    pieces = tmp_path / "pieces"
+    wheels.main(["pack", "--wheels", str(whl), "--pieces", str(pieces), "--piece-mib", "1"])
+    return pieces
+
+
+def test_the_lock_reads_pins_and_digests_and_skips_comments(carried, monkeypatch):
+    _, _, req = carried
+    assert [(n, v) for n, v, _ in wheels.requirements(str(req))] == [("alpha", "1.0"), ("beta", "1.0")]
+    bad = req.parent / "bad.txt"
+    bad.write_text("alpha>=1.0\n")
+    with pytest.raises(SystemExit, match="NAME==VERSION --hash=sha256:DIGEST"):
+        wheels.requirements(str(bad))
+
+
+def test_the_committed_lock_pins_every_wheel_with_a_digest():
+    rows = wheels.requirements()
+    assert rows[0][:2] == ("vllm", "0.21.0")
+    assert all(len(digest) == 64 for _, _, digest in rows)
+
+
+def test_pieces_arrive_over_several_transfers_and_only_verified_ones_are_kept(carried, monkeypatch, capsys):
+    tmp_path, whl, req = carried
+    pieces = _pack(tmp_path, whl, req, monkeypatch)
+    capsys.readouterr()
+    names = sorted(p.name for p in pieces.iterdir() if p.name != "SHA256SUMS")
+    assert len(names) == 3  # 2.2 MB in pieces of 1 MiB
+    stash = tmp_path / "stash"
+    first = tmp_path / "transfer1"
+    first.mkdir()
+    (first / "SHA256SUMS").write_bytes((pieces / "SHA256SUMS").read_bytes())
+    (first / names[0]).write_bytes((pieces / names[0]).read_bytes())
+    (first / names[1]).write_bytes(b"corrupted in transit")
+    assert wheels.main(["stage", "--pieces", str(first), "--stash", str(stash)]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["rejected"] == [names[1]] and report["missing"] == names[1:]
+    with pytest.raises(SystemExit, match="missing pieces"):
+        wheels.main(["install", "--stash", str(stash)])
+    assert wheels.main(["stage", "--pieces", str(pieces), "--stash", str(stash)]) == 0
+    assert json.loads(capsys.readouterr().out)["missing"] == []
+
+
+def test_a_piece_altered_after_staging_is_refused_before_pip_runs(carried, monkeypatch):
+    tmp_path, whl, req = carried
+    pieces = _pack(tmp_path, whl, req, monkeypatch)
+    stash = tmp_path / "stash"
+    wheels.main(["stage", "--pieces", str(pieces), "--stash", str(stash)])
+    victim = sorted((stash / "pieces").glob("*.001"))[0]
+    data = bytearray(victim.read_bytes())
+    data[100] ^= 1
+    victim.write_bytes(bytes(data))
+    monkeypatch.setattr(wheels.subprocess, "run", lambda *a, **k: pytest.fail("pip ran on unverified bytes"))
+    with pytest.raises(SystemExit, match="does not match SHA256SUMS"):
+        wheels.main(["install", "--stash", str(stash)])
+
+
+def test_nothing_carried_this_time_is_not_an_error(tmp_path, capsys):
+    assert wheels.main(["stage", "--pieces", str(tmp_path / "none"), "--stash", str(tmp_path / "s")]) == 0
+    assert "no pieces carried" in capsys.readouterr().out
+
+
+def test_the_recipe_flags_travel_with_only_the_context_length_changed():
+    recipe = check.load_recipe()
+    args = check.serve_args(recipe)
+    i = args.index("--max-model-len")
+    assert args[i + 1] == check.MAX_MODEL_LEN
+    assert args[:i + 1] + args[i + 2:] == [a for j, a in enumerate(recipe["serve_args"]) if j != i + 1]
+    assert args[args.index("--moe-backend") + 1] == "triton"
