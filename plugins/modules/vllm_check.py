@@ -74,7 +74,8 @@ options:
   log_file:
     description:
       - The server's startup log as a file on the managed host, for a C(vllm serve) that runs outside a
-        container (a bare-metal or systemd service, the GPU tier's runs). Read like the container's log.
+        container (a bare-metal or systemd service, the GPU tier's runs). Read like the container's log;
+        when set, it is the log checked and O(container_name) is not read.
     type: path
   serve_args:
     description:
@@ -243,7 +244,6 @@ def main():
             expect_mxfp8=dict(type="bool", default=False),
             timeout=dict(type="int", default=120),
         ),
-        mutually_exclusive=[("container_name", "log_file")],
         supports_check_mode=True,
     )
     p = module.params

@@ -3,13 +3,15 @@
 
     python tests/gpu/wheels.py download   # networked machine: every wheel of tests/gpu/requirements.txt
     python tests/gpu/wheels.py pack       # tar them and split into pieces of at most --piece-mib MiB
-    python tests/gpu/wheels.py stage      # GPU host: move whichever pieces arrived into the stash, checked
+    python tests/gpu/wheels.py stage      # GPU host: copy whichever pieces arrived into the stash, checked
     python tests/gpu/wheels.py install    # GPU host: reassemble, check, pip install into a private path
 
 ``tests/gpu/requirements.txt`` pins every wheel with its sha256 (``--require-hashes`` on both sides), and
 says for each why it is carried. The pieces carry ``SHA256SUMS`` (each piece and the whole tar); ``stage``
 accepts a piece only when its digest matches, so a GPU host that receives the pieces over several transfers
-(64 MiB each, for the lent machine) holds only verified bytes, and ``install`` refuses an incomplete set.
+(64 MiB each, for the lent machine) holds only undamaged bytes, and ``install`` refuses an incomplete set.
+``SHA256SUMS`` travels with the pieces and only catches damage; what vouches for the wheels is the lock of
+the checkout on the GPU host: pip installs against it, and a tar packed from another lock is refused.
 The install goes to ``STASH/site`` with ``--no-index --no-deps``: nothing is fetched, and the GPU host's
 own torch, triton, transformers and CUDA libraries are the ones vLLM runs on.
 
@@ -34,6 +36,7 @@ WORK = os.path.join(ROOT, ".gpu")
 PIECES = os.path.join(WORK, "pieces")
 STASH = os.environ.get("SPARKFLEET_GPU_STASH", "/var/tmp/sparkfleet-gpu")
 TAR = "sparkfleet-gpu-wheels.tar"
+LOCK_STAMP = ".sparkfleet-lock-sha256"  # in STASH/site: the lock it was installed from
 # The GPU host's interpreter (the lent H200 runs CPython 3.12 with torch 2.11.0+cu130) and the manylinux
 # tags its glibc accepts; pip matches --platform exactly, so every tag a pinned wheel uses is listed.
 PYTHON_VERSION = "3.12"
@@ -105,8 +108,13 @@ def pack(args):
 
 
 def read_sums(path):
+    """{file name: sha256}; only the tar and its numbered pieces may be named (no paths)."""
     with open(path) as fh:
-        return {name: digest for digest, name in (line.split() for line in fh if line.strip())}
+        sums = {name: digest for digest, name in (line.split() for line in fh if line.strip())}
+    for name in sums:
+        if name != TAR and not (name.startswith(TAR + ".") and name[len(TAR) + 1:].isdigit()):
+            raise SystemExit("%s names %r, which is not a piece of %s" % (path, name, TAR))
+    return sums
 
 
 def stage(args):
@@ -142,6 +150,9 @@ def install(args):
     missing = [n for n in names if not os.path.exists(os.path.join(pieces, n))]
     if missing:
         raise SystemExit("missing pieces %s: carry them and run `stage` first" % missing)
+    damaged = [n for n in names if sha256(os.path.join(pieces, n)) != sums[n]]
+    if damaged:
+        raise SystemExit("staged pieces %s do not match SHA256SUMS: carry them again" % damaged)
     tar_path = os.path.join(args.stash, TAR)
     with open(tar_path, "wb") as out:
         for name in names:
@@ -154,14 +165,19 @@ def install(args):
     with tarfile.open(tar_path) as tar:
         tar.extractall(unpacked, filter="data")
     os.remove(tar_path)
+    with open(os.path.join(unpacked, "requirements.txt"), "rb") as packed, open(args.lock, "rb") as ours:
+        if packed.read() != ours.read():
+            raise SystemExit("the pieces were packed from another lock than %s: run `make gpu-wheels` again"
+                             % args.lock)
     site = os.path.join(args.stash, "site")
     shutil.rmtree(site, ignore_errors=True)
     wheels = sorted(os.path.join(unpacked, "wheels", n) for n in os.listdir(os.path.join(unpacked, "wheels")))
-    # --require-hashes checks every wheel against the lock that travelled with it.
+    # --require-hashes checks every wheel against this checkout's lock, not against anything that travelled.
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                    "--no-cache-dir", "--require-hashes", "--target", site, "-r",
-                    os.path.join(unpacked, "requirements.txt"), "--find-links", os.path.join(unpacked, "wheels")],
-                   check=True)
+                    "--no-cache-dir", "--require-hashes", "--target", site, "-r", args.lock,
+                    "--find-links", os.path.join(unpacked, "wheels")], check=True)
+    with open(os.path.join(site, LOCK_STAMP), "w") as fh:
+        fh.write(sha256(args.lock))
     print(json.dumps({"site": site, "wheels": len(wheels)}))
 
 
@@ -171,6 +187,7 @@ def main(argv=None):
     ap.add_argument("--wheels", default=os.path.join(WORK, "wheels"))
     ap.add_argument("--pieces", default=PIECES)
     ap.add_argument("--stash", default=STASH)
+    ap.add_argument("--lock", default=REQUIREMENTS)
     ap.add_argument("--piece-mib", type=int, default=56,
                     help="largest piece (the lent GPU machine takes 64 MiB per transfer, tree included)")
     args = ap.parse_args(argv)

@@ -84,8 +84,53 @@ def test_a_piece_altered_after_staging_is_refused_before_pip_runs(carried, monke
     data[100] ^= 1
     victim.write_bytes(bytes(data))
     monkeypatch.setattr(wheels.subprocess, "run", lambda *a, **k: pytest.fail("pip ran on unverified bytes"))
-    with pytest.raises(SystemExit, match="does not match SHA256SUMS"):
+    with pytest.raises(SystemExit, match=r"staged pieces \['sparkfleet-gpu-wheels.tar.001'\] do not match"):
         wheels.main(["install", "--stash", str(stash)])
+
+
+def test_pieces_packed_from_another_lock_are_refused(carried, monkeypatch):
+    """SHA256SUMS travels with the pieces and vouches for nothing: the GPU host's own lock decides."""
+    tmp_path, whl, req = carried
+    pieces = _pack(tmp_path, whl, req, monkeypatch)
+    stash = tmp_path / "stash"
+    wheels.main(["stage", "--pieces", str(pieces), "--stash", str(stash)])
+    ours = tmp_path / "our-lock.txt"
+    ours.write_text(req.read_text().replace("beta==1.0", "beta==1.1"))
+    monkeypatch.setattr(wheels.subprocess, "run", lambda *a, **k: pytest.fail("pip ran on another lock's wheels"))
+    with pytest.raises(SystemExit, match="packed from another lock"):
+        wheels.main(["install", "--stash", str(stash), "--lock", str(ours)])
+
+
+def test_sums_may_name_only_pieces(tmp_path):
+    (tmp_path / "SHA256SUMS").write_text("%s  ../../etc/passwd\n" % ("0" * 64))
+    with pytest.raises(SystemExit, match="not a piece of"):
+        wheels.read_sums(str(tmp_path / "SHA256SUMS"))
+
+
+def _dist(site, name, files):
+    info = site / ("%s-1.0.dist-info" % name)
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: %s\nVersion: 1.0\n" % name)
+    (info / "RECORD").write_text("".join("%s,,\n" % f for f in files))
+    for f in files:
+        (site / f).parent.mkdir(parents=True, exist_ok=True)
+        (site / f).write_text("")
+
+
+def test_imports_credit_modules_to_their_files_and_not_namespace_packages(tmp_path):
+    site = tmp_path / "site"
+    _dist(site, "regular", ["regular/__init__.py", "regular/core.py"])
+    _dist(site, "otel-api", ["otel/api/__init__.py"])
+    _dist(site, "otel-sdk", ["otel/sdk/__init__.py"])
+    _dist(site, "ext", ["fastext.abi3.so"])
+    _dist(site, "unused", ["unused/__init__.py"])
+    traces = tmp_path / "out" / "imports" / "run"
+    traces.mkdir(parents=True)
+    (traces / "1.txt").write_text("vllm serve\nregular\nregular.core\notel\notel.api\nfastext\njson\n")
+    (traces / "2.txt").write_text("engine\notel\n")
+    report = check.imports(str(site), str(tmp_path / "out"))
+    assert report == {"imported": {"ext": 1, "otel-api": 1, "regular": 2}, "unproven": ["otel-sdk"],
+                      "not_imported": ["unused"]}
 
 
 def test_nothing_carried_this_time_is_not_an_error(tmp_path, capsys):

@@ -1,8 +1,9 @@
 """Real startup logs of vLLM 0.21.0 on an NVIDIA H200, recorded by `make gpu-check` (tests/gpu/check.py):
 the log parser, the kernel verdicts and vllm_check read them, and the stand-in's emulated lines match them.
 
-The runs (tests/unit/fixtures/vllm_real/runs.json holds their record): a tiny compressed-tensors W4A16 MoE
-served with the Kimi-K2.5 recipe's flags, `--moe-backend triton`:
+The runs, as check.py recorded them (tests/unit/fixtures/vllm_real/{first,cold}/summary.json; meta.json says
+what each was): a tiny compressed-tensors W4A16 MoE served with the Kimi-K2.5 recipe's flags,
+`--moe-backend triton`:
 - ``unpatched``: the release as published binds Marlin anyway (seed 000's bug, seen on real vLLM);
 - ``patched``: the same release after our ``wna16_moe_backend`` patch binds the Triton WNA16 method;
 - ``random``: patched, with random weights; the server is "healthy" and answers noise;
@@ -22,13 +23,16 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils import patches, vl
 
 REPO = Path(__file__).resolve().parents[2]
 REAL = Path(__file__).resolve().parent / "fixtures" / "vllm_real"
-RUNS = json.loads((REAL / "runs.json").read_text())
+META = json.loads((REAL / "meta.json").read_text())
+FIRST = json.loads((REAL / "first" / "summary.json").read_text())
+COLD = json.loads((REAL / "cold" / "summary.json").read_text())
+LOGS = {"unpatched": "first", "patched": "first", "random": "first", "fp8": "cold"}
 sys.path.insert(0, str(REPO / "tests" / "sim" / "standin"))
 import gb10
 
 
-def log(run):
-    return (REAL / ("vllm-0.21.0-%s-h200.log" % run)).read_text()
+def log(run, recording=None):
+    return (REAL / (recording or LOGS[run]) / ("vllm-0.21.0-%s-h200.log" % run)).read_text()
 
 
 def messages(text):
@@ -37,10 +41,11 @@ def messages(text):
 
 
 def test_every_log_is_marked_with_its_release_and_gpu():
-    for run in RUNS["runs"]:
-        assert run["vllm"] == "0.21.0" and run["gpu"].startswith("NVIDIA H200")
-        assert (REAL / run["log"]).is_file()
-        assert "version 0.21.0" in (REAL / run["log"]).read_text()
+    assert FIRST["facts"]["nvidia_smi"].startswith("NVIDIA H200, 9.0") and FIRST["facts"] == COLD["facts"]
+    for recording in (FIRST, COLD):
+        for run in recording["runs"]:
+            text = log(run["run"], "first" if recording is FIRST else "cold")
+            assert "version 0.21.0" in text
 
 
 @pytest.mark.parametrize("run, backend", [("unpatched", "marlin"), ("patched", "triton"), ("random", "triton"),
@@ -65,31 +70,40 @@ def test_seed_000_on_real_vllm_fails_in_its_own_words_and_the_patched_release_pa
     assert [v["status"] for v in patched] == ["ok", "ok"]
 
 
-def test_the_recorded_run_judged_what_a_user_needs():
-    """What vllm_check said on the GPU: the unpatched server answered well but failed on its backend; the patched
-    one passed; the random one failed on its answers alone (its backend was right)."""
-    by = {r["log"].split("-")[2]: r for r in RUNS["runs"]}
-    assert by["unpatched"]["vllm_check_failed"] and "resolved MARLIN" in by["unpatched"]["vllm_check_msg"]
+@pytest.mark.parametrize("recording", [FIRST, COLD], ids=["first", "cold"])
+def test_the_recorded_runs_judged_what_a_user_needs(recording):
+    """What vllm_check said on the GPU, in both recordings: the unpatched server answered well but failed on
+    its backend; the patched one passed; the random one failed on its answers alone (its backend was right);
+    the FP8 one passed."""
+    by = {r["run"]: r for r in recording["runs"]}
+    assert by["unpatched"]["check_failed"] and by["unpatched"]["msg"].endswith(
+        "requested --moe-backend triton, but vLLM resolved MARLIN")
     assert all(a["ok"] for a in by["unpatched"]["answers"])
-    assert not by["patched"]["vllm_check_failed"]
+    assert not by["patched"]["check_failed"]
     assert [a["answer"] for a in by["patched"]["answers"]] == [" Paris.", "法国的首都是巴黎。"]
-    assert by["random"]["vllm_check_failed"] and not any(a["ok"] for a in by["random"]["answers"])
-    assert all(k["status"] == "ok" for k in by["random"]["kernels"])
-    assert not by["fp8"]["vllm_check_failed"]
-    assert "Using TRITON Fp8 MoE backend" in log("fp8")
+    if "random" in by:
+        assert by["random"]["check_failed"] and not any(a["ok"] for a in by["random"]["answers"])
+        assert all(k["status"] == "ok" for k in by["random"]["kernels"])
+    if "fp8" in by:
+        assert not by["fp8"]["check_failed"]
+        assert "Using TRITON Fp8 MoE backend" in log("fp8")
 
 
 def test_the_lock_carries_what_serving_imported():
-    """tests/gpu/requirements.txt holds the distributions a serving process imported on the GPU (the cold
-    machine's run, from this lock), and ansible-core for vllm_check: nothing more, nothing less."""
+    """tests/gpu/requirements.txt holds what a serving process imported when everything was installed (the
+    first recording), the distributions its traces could not judge, and ansible-core for vllm_check; nothing
+    the first recording saw unused."""
     sys.path.insert(0, str(REPO / "tests" / "gpu"))
     import wheels
 
     locked = {norm(name) for name, _, _ in wheels.requirements()}
-    imported = {norm(name) for name in RUNS["cold_machine_run"]["imported"]}
-    assert locked == imported | {"ansible-core"}
-    assert RUNS["cold_machine_run"]["not_imported"] == ["ansible-core"]
-    assert all(not r["check_failed"] for r in RUNS["cold_machine_run"]["runs"] if r["run"] != "unpatched")
+    imported = {norm(name) for name in FIRST["imports"]["imported"]}
+    unproven = {norm(name) for name in FIRST["imports"]["unproven"]}
+    unused = {norm(name) for name in FIRST["imports"]["not_imported"]}
+    assert locked == imported | unproven | {"ansible-core"}
+    assert not locked & (unused - {"ansible-core"})
+    assert len(imported) + len(unproven) + len(unused) == 86
+    assert COLD["imports"]["not_imported"] == ["ansible-core"]  # the cold machine needed every other one
 
 
 def norm(name):
@@ -120,9 +134,11 @@ def _module(args, tmp_path):
 
 @pytest.mark.parametrize("run, mismatch", [("unpatched", True), ("patched", False)])
 def test_vllm_check_reads_a_log_file(run, mismatch, tmp_path):
-    """log_file: the startup log of a server run outside a container, read like a container's log."""
+    """log_file: the startup log of a server run outside a container, read like a container's log, and in
+    place of the container the verify role always names."""
     result = _module({"url": "http://127.0.0.1:9", "served_model_name": "kimi-k2.5", "probes": [{"prompt": "x"}],
-                      "log_file": str(REAL / ("vllm-0.21.0-%s-h200.log" % run)), "moe_backend": "triton",
+                      "container_name": "sparkfleet-vllm",
+                      "log_file": str(REAL / "first" / ("vllm-0.21.0-%s-h200.log" % run)), "moe_backend": "triton",
                       "quantization": "compressed-tensors", "vllm_version": "0.21.0", "timeout": 2}, tmp_path)
     assert result["failed"]  # nothing listens on port 9
     assert ("resolved MARLIN" in result["msg"]) is mismatch
