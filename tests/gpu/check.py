@@ -48,6 +48,7 @@ MAX_MODEL_LEN = "512"
 # flashinfer (flashinfer-python + flashinfer-cubin, hundreds of MB) is not carried: vLLM 0.21 imports it at
 # engine start only for its default-on top-k/top-p sampler, which this switch replaces with PyTorch's.
 NOT_CARRIED_ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+TRACE_PERIOD_S = 2  # how often each traced process records its modules
 
 TRACER = '''\
 """Records the modules this interpreter imported (full dotted names), for the GPU tier's import measurement."""
@@ -72,7 +73,7 @@ def _dump():
 def _loop():
     import time
     while True:
-        time.sleep(2)
+        time.sleep(@PERIOD@)
         _dump()
 
 
@@ -88,7 +89,7 @@ _spec = importlib.machinery.PathFinder.find_spec(
 if _spec is not None and _spec.loader is not None:
     _mod = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_mod)
-'''
+'''.replace("@PERIOD@", str(TRACE_PERIOD_S))
 
 
 def log(msg):
@@ -235,11 +236,13 @@ def _signal_group(pgid, sig):
 
 def stop(proc):
     """End the server's whole process group (the API server and its EngineCore), even if its leader already
-    exited, so that no engine keeps the GPU or the port for the next run."""
+    exited, so that no engine keeps the GPU or the port for the next run: SIGTERM to the group, up to 30 s
+    for the server (which shuts its engine down first), then SIGKILL to whatever of the group is left."""
     _signal_group(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and _signal_group(proc.pid, 0):
-        time.sleep(0.5)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        pass
     _signal_group(proc.pid, signal.SIGKILL)
     proc.wait()
 
@@ -281,6 +284,7 @@ def serve_and_check(name, model, pythonpath, recipe, collections, site, out, por
         else:
             log("%s: healthy after %.0f s" % (name, result["boot_s"]))
         result["vllm_check"] = vllm_check(recipe, args, port, logfile, collections, site, out, name)
+        time.sleep(TRACE_PERIOD_S + 0.5)  # let every process record what serving the checks imported
     finally:
         stop(proc)
     with open(os.path.join(out, "result-%s.json" % name), "w") as fh:

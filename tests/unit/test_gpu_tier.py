@@ -145,3 +145,92 @@ def test_the_recipe_flags_travel_with_only_the_context_length_changed():
     assert args[i + 1] == check.MAX_MODEL_LEN
     assert args[:i + 1] + args[i + 2:] == [a for j, a in enumerate(recipe["serve_args"]) if j != i + 1]
     assert args[args.index("--moe-backend") + 1] == "triton"
+
+
+FAKE_MAIN = '''
+"""A stand-in for `vllm serve` that needs no GPU: replays a recorded startup log, starts a child process
+(as vLLM starts its EngineCore) and answers the OpenAI API with the recorded answers."""
+import json, os, subprocess, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+ANSWERS = {"The capital of France is": " Paris."}
+
+
+def main():
+    args = sys.argv[1:]
+    port, name = int(args[args.index("--port") + 1]), args[args.index("--served-model-name") + 1]
+    sys.stdout.write(open(os.environ["FAKE_VLLM_LOG"]).read())
+    sys.stdout.flush()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    open(os.environ["FAKE_VLLM_CHILD"], "w").write(str(child.pid))
+
+    class Handler(BaseHTTPRequestHandler):
+        def _send(self, body):
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self._send({"data": [{"id": name}]} if self.path == "/v1/models" else {})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if "messages" in body:
+                self._send({"choices": [{"message": {"content": "法国的首都是巴黎。"}}]})
+            else:
+                self._send({"choices": [{"text": ANSWERS.get(body["prompt"], "")}]})
+
+        def log_message(self, *a):
+            pass
+
+    HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+'''
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_the_driver_serves_checks_and_stops_the_whole_group(tmp_path, monkeypatch):
+    """check.serve_and_check on CPU with a stand-in for the `vllm` package: the log lands in OUT, vllm_check
+    reads it (the recorded unpatched log: Marlin), the answers are judged, the engine child dies with its
+    server, and the import trace names the modules the server imported."""
+    import os
+    import time
+
+    fake = tmp_path / "fake"
+    (fake / "vllm" / "entrypoints" / "cli").mkdir(parents=True)
+    for pkg in ("vllm", "vllm/entrypoints", "vllm/entrypoints/cli"):
+        (fake / pkg / "__init__.py").write_text("")
+    (fake / "vllm" / "entrypoints" / "cli" / "main.py").write_text(FAKE_MAIN)
+    tracer = tmp_path / "tracer"
+    tracer.mkdir()
+    (tracer / "sitecustomize.py").write_text(check.TRACER)
+    recorded = REPO / "tests" / "unit" / "fixtures" / "vllm_real" / "first" / "vllm-0.21.0-unpatched-h200.log"
+    monkeypatch.setenv("FAKE_VLLM_LOG", str(recorded))
+    monkeypatch.setenv("FAKE_VLLM_CHILD", str(tmp_path / "child.pid"))
+    collections = next(p for p in sys.path if (Path(p) / "ansible_collections" / "sparkfleet").is_dir())
+    out = tmp_path / "out"
+    result = check.serve_and_check("unpatched", "/models/trained", [str(tracer), str(fake)], check.load_recipe(),
+                                   collections, str(tmp_path / "site"), str(out), _free_port(), 30)
+    assert result["healthy"]
+    verdict = result["vllm_check"]
+    assert verdict["failed"] and verdict["msg"].endswith("requested --moe-backend triton, but vLLM resolved MARLIN")
+    assert [a["ok"] for a in verdict["answers"]] == [True, True]
+    assert (out / "vllm-0.21.0-unpatched-h200.log").read_text() == recorded.read_text()
+    child = int((tmp_path / "child.pid").read_text())
+    for _ in range(20):
+        if not os.path.exists("/proc/%d" % child) or "Z" in open("/proc/%d/stat" % child).read().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the engine child outlived its server")
+    traced = [line for f in (out / "imports" / "unpatched").iterdir() for line in f.read_text().splitlines()]
+    assert "http.server" in traced and "vllm.entrypoints.cli.main" in traced
