@@ -13,12 +13,12 @@ export PY_COLORS ?= 0
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 .PHONY: help deps host demo test lint unit integration sim-up sim-down sim-images bench bench-verdicts patch-verdicts \
-	gpu-wheels gpu-stage gpu-check
+	gpu-wheels gpu-stage gpu-check sanity
 
 help:
 	@echo "make demo      simulated 4-node cluster + deploy_mimo.yml, prints the endpoint's answers"
-	@echo "make test      ruff + ansible-lint + unit tests + molecule (on the simulated cluster)"
-	@echo "make lint | unit | sim-up N=4 | sim-down | bench | bench-verdicts"
+	@echo "make test      ruff + ansible-lint + ansible-test sanity + unit tests + molecule (on the simulated cluster)"
+	@echo "make lint | sanity | unit | sim-up N=4 | sim-down | bench | bench-verdicts"
 	@echo "make patch-verdicts VLLM_SRC=DIR   each patch's verdict for a vLLM source tree, as JSON (writes nothing)"
 	@echo "make gpu-wheels (networked) | gpu-stage | gpu-check OUT=DIR (GPU host, offline): real vLLM tier"
 
@@ -57,7 +57,10 @@ lint: deps
 unit: deps
 	$(BIN)/pytest -q tests/unit
 
-test: deps host lint
+sanity: deps
+	$(BIN)/python tests/tools/sanity.py
+
+test: deps host lint sanity
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
 bench: deps host
@@ -69,8 +72,7 @@ bench-verdicts: deps host
 # DIR: a vllm package directory, or one that contains vllm/ (an unpacked sdist or wheel, a site-packages).
 patch-verdicts: deps
 	@test -n "$(VLLM_SRC)" || { echo "usage: make patch-verdicts VLLM_SRC=/path/to/tree" >&2; exit 2; }
-	@PYTHONPATH=$(CURDIR)/collections $(BIN)/python -m \
-		ansible_collections.sparkfleet.vllm.plugins.module_utils.patches.verdicts "$(VLLM_SRC)"
+	@PYTHONPATH=$(CURDIR)/collections $(BIN)/python tests/tools/patch_verdicts.py "$(VLLM_SRC)"
 
 # The GPU tier (README: "Real vLLM on a GPU"), kept out of `make test` and CI.
 # gpu-wheels runs on a networked machine; gpu-stage and gpu-check on the GPU host, which needs no network.

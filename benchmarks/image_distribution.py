@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """make bench: image distribution to N = 2, 4, 8 simulated nodes, the collection's pipelined chain against a
 fan-out from the head, in one run, each node's egress shaped with tc tbf so that the network is the bottleneck.
 
@@ -47,7 +46,7 @@ def inventory(n, path, key):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     ap.add_argument("--sizes", default="2,4,8")
     ap.add_argument("--rate", default="50mbit", help="tc tbf rate of every node's egress")
     ap.add_argument("--payload-mib", type=int, default=96)

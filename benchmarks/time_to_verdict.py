@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """make bench-verdicts: time from `ansible-playbook` start to the failure message, on the 4-node simulated
 cluster, for five defects a user hits on a first run, each on a freshly created cluster and on a warm one
 (after a successful deploy). Also records whether any container of the deploy was created or (re)started
@@ -116,7 +115,7 @@ def run_case(name, expect, inject, repair, extra, nodes):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "time_to_verdict.json"))
     args = ap.parse_args()
@@ -128,7 +127,7 @@ def main():
                 subprocess.run(up + ["down"], check=True, capture_output=True)
                 subprocess.run(up + ["up", "--nodes", str(args.nodes)], check=True, capture_output=True)
             elif not results or results[-1]["state"] == "fresh":
-                rc, _, out = playbook()
+                rc, _unused, out = playbook()
                 if rc != 0:
                     raise SystemExit("the warm-up deploy failed:\n" + out[-3000:])
             row = dict(run_case(name, expect, inject, repair, extra, args.nodes), state=state)

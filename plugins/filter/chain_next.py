@@ -34,7 +34,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils.stream_chain impor
 
 
 def chain_next(hosts):
-    _, nxt = chain_order(None, list(hosts))
+    _unused, nxt = chain_order(None, list(hosts))
     return {h: (n or "") for h, n in nxt.items()}
 
 

@@ -20,7 +20,19 @@ try:
 except ImportError as exc:  # reported by the module through require()
     HAS_DOCKER = False
     IMPORT_ERROR = exc
-    DockerException = APIError = ImageNotFound = NotFound = Exception
+
+    class DockerException(Exception):  # stand-ins with the SDK's hierarchy, never raised without it
+        pass
+
+    class APIError(DockerException):
+        pass
+
+    class NotFound(APIError):
+        pass
+
+    class ImageNotFound(NotFound):
+        pass
+
 
 SPEC_LABEL = "sparkfleet.spec"
 ROLE_LABEL = "sparkfleet.role"

@@ -47,7 +47,7 @@ class Created:
 
     def exists(self, path):
         try:
-            _, stat = self.container.get_archive(path)
+            _unused, stat = self.container.get_archive(path)
             return stat
         except _docker.NotFound:
             return None
@@ -55,7 +55,7 @@ class Created:
     def read_tree(self, path, keep=None):
         """{path relative to ``path``: text} of the regular files under ``path`` (or ``path`` itself)."""
         try:
-            stream, _ = self.container.get_archive(path)
+            stream, _unused = self.container.get_archive(path)
         except _docker.NotFound:
             return {}
         buf = io.BytesIO(b"".join(stream))

@@ -19,7 +19,7 @@ MAX_HEADER = 100 * 1024 * 1024
 
 
 def repo_dir(hub_dir, repo_id):
-    org, _, name = repo_id.partition("/")
+    org, _unused, name = repo_id.partition("/")
     if not org or not name:
         raise ValueError("repo_id must look like ORG/NAME, got %r" % (repo_id,))
     return os.path.join(hub_dir, "models--%s--%s" % (org, name))

@@ -18,7 +18,7 @@ def parse_meminfo(text):
     """{"MemTotal": bytes, "MemAvailable": bytes, ...} from /proc/meminfo."""
     out = {}
     for line in text.splitlines():
-        key, _, rest = line.partition(":")
+        key, _unused, rest = line.partition(":")
         parts = rest.split()
         if parts and parts[0].isdigit():
             out[key.strip()] = int(parts[0]) * (1024 if parts[1:2] == ["kB"] else 1)
@@ -72,7 +72,7 @@ def _int(text):
 
 def _stat(text, key):
     for line in (text or "").splitlines():
-        k, _, v = line.partition(" ")
+        k, _unused, v = line.partition(" ")
         if k == key:
             return _int(v)
     return 0

@@ -225,7 +225,7 @@ def _check_resources(node, nf, exp, out):
                 _gib_down(int(mem["available_bytes"])), " (+ %s held by %s)" % (
                     _gib_down(int(mem["managed_bytes"])), "/".join(exp["managed_containers"]))
                 if mem.get("managed_bytes") else ""),
-                               ">= %s available" % _gib_up(need), fix))
+                ">= %s available" % _gib_up(need), fix))
     disk = nf.get("disk")
     need = int((exp.get("disk_need_bytes") or {}).get(node, 0) or 0)
     if disk is not None and need:

@@ -76,7 +76,7 @@ def receive(port, session, sink_argv, forward=None, bind="0.0.0.0", accept_timeo
     server.listen(1)
     server.settimeout(accept_timeout)
     try:
-        conn, _ = server.accept()
+        conn, _unused = server.accept()
     except socket.timeout:
         raise ChainError("no stream arrived on %s:%s within %ss" % (bind, port, accept_timeout)) from None
     finally:

@@ -56,8 +56,8 @@ SCRIPT_RANGES = (
     (0xFF71, 0xFF9D, "kana"), (0xFF9E, 0xFF9F, "common"), (0xFFA0, 0xFFDC, "hangul"),
     (0x1B000, 0x1B16F, "kana"), (0x1D400, 0x1D7FF, "common"), (0x20000, 0x3134F, "han"),
 )
-_RANGE_STARTS = [first for first, _, _ in SCRIPT_RANGES]
-KNOWN_SCRIPTS = frozenset(script for _, _, script in SCRIPT_RANGES) - {"common"}
+_RANGE_STARTS = [first for first, _unused, _unused in SCRIPT_RANGES]
+KNOWN_SCRIPTS = frozenset(script for _unused, _unused, script in SCRIPT_RANGES) - {"common"}
 
 # Thresholds, each named after the measure it bounds.
 LETTER_RUN_FLOOD = 6  # "ーーーーーー", "哈哈哈哈哈哈": no word holds one letter six times in a row
@@ -198,7 +198,7 @@ def _flood_limit(ch):
 
 def _ngram_distinct_ratio(seq):
     """The lowest share of distinct char n-grams over sliding windows; 1.0 when the text is too short."""
-    n, min_len, window, _ = NGRAM
+    n, min_len, window, _unused = NGRAM
     if len(seq) < min_len:
         return 1.0
     lowest = 1.0
@@ -264,7 +264,7 @@ def metrics(text):
     unit, repeats, coverage = next((u for u in units if _unit_fails(*u)), units[0] if units else ("", 0, 0.0))
     # Numbers repeat honestly ("[0, 0, 0, 0]"); the word shares below still see them.
     word_stretches = _periodic_stretches(words, MAX_UNIT_WORDS, lambda unit: not all(w.isdigit() for w in unit))
-    word_run = next((length for length, p, _ in word_stretches if p == 1), 1 if words else 0)
+    word_run = next((length for length, p, _unused in word_stretches if p == 1), 1 if words else 0)
     word_loops = [s for s in word_stretches if s[1] > 1 and s[0] // s[1] >= WORD_UNIT_REPEATS]
     word_unit, word_unit_repeats = "", 0
     for length, p, start in word_loops[:1]:
@@ -393,7 +393,7 @@ def assess(text, expect_any=None, scripts=("latin",), min_words=1):
                        % (m["replacement_chars"], m["byte_tokens"], m["private_use_chars"]))
     reasons += _flood_reasons(m)
     reasons += _repetition_reasons(m)
-    least, half, _ = LIST_ITEMS
+    least, half, _unused = LIST_ITEMS
     if m["list_items"] >= least and m["list_repeated_items"] >= half * m["list_items"]:
         reasons.append("endless list (list_items): %d items, %d of them repeat an earlier one"
                        % (m["list_items"], m["list_repeated_items"]))

@@ -432,7 +432,7 @@ def _class_fields(index, cref, depth=0):
                     and ann.value.startswith(("ClassVar", "InitVar"))):
                 continue
             own.append((st.target.id, cref.path, ann))
-    names = {n for n, _, _ in own}
+    names = {n for n, _unused, _unused in own}
     return [f for f in fields if f[0] not in names] + own
 
 
@@ -1080,7 +1080,7 @@ class _Interpreter:
 def _type_info(t):
     """(value type, normaliser ops, none_ok) of an argparse `type=` as evaluated."""
     if isinstance(t, tuple) and len(t) == 2 and t[0] == "optional":
-        vt, norm, _ = _type_info(t[1])
+        vt, norm, _unused = _type_info(t[1])
         return vt, norm, True
     if isinstance(t, tuple) and len(t) == 2 and t[0] == "normalise":
         return "str", t[1], False

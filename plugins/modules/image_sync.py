@@ -58,8 +58,10 @@ attributes:
     support: full
 requirements:
   - Docker SDK for Python and the docker CLI on the node
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
 author:
-  - sparkfleet maintainers
+  - sparkfleet maintainers (@sparkfleet)
 """
 
 EXAMPLES = r"""
@@ -132,7 +134,7 @@ def main():
                              transfer=result)
         if result["forward_error"]:
             module.fail_json(msg="loaded here, but forwarding to %s failed: %s" % (p["forward_host"],
-                                                                                  result["forward_error"]),
+                                                                                   result["forward_error"]),
                              transfer=result)
     except (ChainError, _docker.DockerFailure, OSError) as exc:
         module.fail_json(msg="image_sync %s: %s" % (p["action"], exc))

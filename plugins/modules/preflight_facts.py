@@ -57,8 +57,10 @@ attributes:
     support: full
 requirements:
   - Docker SDK for Python on the node
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
 author:
-  - sparkfleet maintainers
+  - sparkfleet maintainers (@sparkfleet)
 """
 
 EXAMPLES = r"""
@@ -89,7 +91,7 @@ def host_gpus(module):
     exe = module.get_bin_path("nvidia-smi")
     if not exe:
         return []
-    rc, out, _ = module.run_command([exe] + gpu.QUERY[1:])
+    rc, out, _unused = module.run_command([exe] + gpu.QUERY[1:])
     return gpu.parse_query(out) if rc == 0 else []
 
 

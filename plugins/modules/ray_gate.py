@@ -46,8 +46,10 @@ attributes:
     support: none
   idempotent:
     support: full
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
 author:
-  - sparkfleet maintainers
+  - sparkfleet maintainers (@sparkfleet)
 """
 
 EXAMPLES = r"""
@@ -107,7 +109,7 @@ def main():
         if module.check_mode:
             summary = probe()
             module.exit_json(changed=False, summary=summary, ready=predicate(summary)[0])
-        _, desc, waited = wait_for("Ray cluster gate", probe, predicate, p["timeout"], p["interval"])
+        _unused, desc, waited = wait_for("Ray cluster gate", probe, predicate, p["timeout"], p["interval"])
     except WaitTimeout as exc:
         module.fail_json(msg=str(exc), summary=seen.get("summary"))
     except _docker.DockerFailure as exc:

@@ -102,8 +102,10 @@ attributes:
     support: full
 requirements:
   - Docker SDK for Python on the node
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
 author:
-  - sparkfleet maintainers
+  - sparkfleet maintainers (@sparkfleet)
 """
 
 EXAMPLES = r"""
@@ -227,8 +229,8 @@ def main():
             container = _docker.replace(cli, name, spec, "ray-%s" % p["role"])
             probe, predicate = joined(container, p["node_ip"])
             try:
-                obs, _, _ = wait_for("Ray %s on %s" % (p["role"], p["node_ip"]), probe, predicate,
-                                     p["join_timeout"], 3)
+                obs, _unused, _unused = wait_for("Ray %s on %s" % (p["role"], p["node_ip"]), probe, predicate,
+                                                 p["join_timeout"], 3)
                 gpus = _ray.node_gpus(obs["table"], p["node_ip"])
                 if gpus != p["gpus"]:
                     module.fail_json(

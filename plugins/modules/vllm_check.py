@@ -134,8 +134,10 @@ attributes:
     support: none
   idempotent:
     support: full
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
 author:
-  - sparkfleet maintainers
+  - sparkfleet maintainers (@sparkfleet)
 """
 
 EXAMPLES = r"""
@@ -227,7 +229,7 @@ def main():
                 prompt=dict(type="str", required=True),
                 expect_any=dict(type="list", elements="str", default=[]),
                 kind=dict(type="str", choices=["completion", "chat"], default="completion"),
-                max_tokens=dict(type="int", default=16),
+                max_tokens=dict(type="int", default=16, no_log=False),
                 scripts=dict(type="list", elements="str"),
             )),
             scripts=dict(type="list", elements="str", default=["latin"]),
@@ -250,7 +252,7 @@ def main():
     base = p["url"].rstrip("/")
     problems, answers, models, out = [], [], [], {}
     try:
-        status, _ = request(base + "/health", None, None, p["timeout"])
+        status, _unused = request(base + "/health", None, None, p["timeout"])
         if status != 200:
             problems.append("/health answered %s" % status)
         status, reply = request(base + "/v1/models", None, p["api_key"], p["timeout"])

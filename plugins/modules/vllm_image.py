@@ -68,8 +68,10 @@ attributes:
     support: full
 requirements:
   - Docker SDK for Python on the node
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
 author:
-  - sparkfleet maintainers
+  - sparkfleet maintainers (@sparkfleet)
 """
 
 EXAMPLES = r"""
@@ -131,13 +133,13 @@ def build(cli, tag, dockerfile, ray_version, build_args, files):
     args = dict(build_args or {}, RAY_VERSION=ray_version)
     log, error = [], None
     for chunk in cli.api.build(fileobj=context_tar(dockerfile, files), custom_context=True, tag=tag, rm=True,
-                           forcerm=True, pull=False, network_mode="host", buildargs=args, decode=True):
+                               forcerm=True, pull=False, network_mode="host", buildargs=args, decode=True):
         if "stream" in chunk:
             log.append(chunk["stream"])
         if "error" in chunk:
             error = chunk["error"]
     if error:
-        _, patch_error = parse_patch_output("".join(log))
+        _unused, patch_error = parse_patch_output("".join(log))
         if patch_error:
             raise _docker.DockerFailure("building %s failed: %s" % (tag, patch_error))
         raise _docker.DockerFailure("building %s failed: %s\n%s" % (tag, error.strip(), "".join(log)[-3000:]))

@@ -87,8 +87,10 @@ attributes:
     support: full
 requirements:
   - Docker SDK for Python on the node
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
 author:
-  - sparkfleet maintainers
+  - sparkfleet maintainers (@sparkfleet)
 """
 
 EXAMPLES = r"""

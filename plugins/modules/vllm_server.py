@@ -101,8 +101,10 @@ attributes:
     support: full
 requirements:
   - Docker SDK for Python on the node
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
 author:
-  - sparkfleet maintainers
+  - sparkfleet maintainers (@sparkfleet)
 """
 
 EXAMPLES = r"""
@@ -195,7 +197,7 @@ def main():
     try:
         argv = None if p["state"] == "absent" else serve_argv(
             p["model_path"], p["served_model_name"], p["tensor_parallel_size"],
-                          p["pipeline_parallel_size"], p["port"], p["host"], p["extra_args"])
+            p["pipeline_parallel_size"], p["port"], p["host"], p["extra_args"])
     except ValueError as exc:
         module.fail_json(msg="vllm_server: %s" % exc)
     try:
@@ -228,7 +230,7 @@ def main():
         container = _docker.replace(cli, name, run_spec, "vllm-serve", digest=digest)
         try:
             watchdog = memory.Watchdog(p["min_free_memory_mib"] * 2**20, p["memory_grace"])
-            _, _, waited = follow(container, p["startup_timeout"], watchdog)
+            _unused, _unused, waited = follow(container, p["startup_timeout"], watchdog)
         except (WaitAborted, WaitTimeout) as exc:
             tail = _docker.logs(container, tail=40)
             module.fail_json(msg="vllm serve on %s failed to boot: %s\n--- last log lines ---\n%s"

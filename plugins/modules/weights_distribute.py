@@ -69,8 +69,10 @@ attributes:
     support: none
   idempotent:
     support: full
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
 author:
-  - sparkfleet maintainers
+  - sparkfleet maintainers (@sparkfleet)
 """
 
 EXAMPLES = r"""
@@ -199,10 +201,10 @@ def main():
         final = verify_snapshot(hub, repo, rev)
         if not final["ok"]:
             module.fail_json(msg="after publishing, %s is not intact: %s" % (snapshot_dir(hub, repo, rev),
-                                                                           "; ".join(final["problems"])))
+                                                                             "; ".join(final["problems"])))
         if result["forward_error"]:
             module.fail_json(msg="stored here, but forwarding to %s failed: %s" % (p["forward_host"],
-                                                                                  result["forward_error"]))
+                                                                                   result["forward_error"]))
     except (ChainError, OSError) as exc:
         module.fail_json(msg="weights_distribute %s: %s" % (p["action"], exc))
     module.exit_json(changed=True, transfer=result, published=moved, digest=final["digest"])

@@ -43,8 +43,10 @@ attributes:
     support: none
   idempotent:
     support: full
+extends_documentation_fragment:
+  - sparkfleet.vllm.attributes
 author:
-  - sparkfleet maintainers
+  - sparkfleet maintainers (@sparkfleet)
 """
 
 EXAMPLES = r"""
@@ -103,7 +105,7 @@ def main():
     report["snapshot_path"] = snapshot_dir(p["hub_dir"], p["repo_id"], p["revision"])
     if not report["ok"]:
         module.fail_json(msg="%s@%s is not intact on this node: %s" % (p["repo_id"], p["revision"][:12],
-                                                                     "; ".join(report["problems"])), **report)
+                                                                       "; ".join(report["problems"])), **report)
     if p["expected_digest"] and report["digest"] != p["expected_digest"]:
         module.fail_json(msg="snapshot digest %s differs from the seed node's %s (different file set)"
                              % (report["digest"], p["expected_digest"]), **report)

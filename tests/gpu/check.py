@@ -371,7 +371,7 @@ def imports(site, out):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--runs", default="unpatched,patched,random,fp8")
     ap.add_argument("--port", type=int, default=8011, help="the first run's port; each run takes the next")

@@ -110,7 +110,7 @@ def train(model, rows, steps, device):
         labels[i, len(p):len(seq)] = torch.tensor(a)
     ids, labels = ids.to(device), labels.to(device)
     loss = None
-    for _ in range(steps):
+    for _unused in range(steps):
         out = model(input_ids=ids, labels=labels)
         opt.zero_grad()
         out.loss.backward()
@@ -144,7 +144,7 @@ def expert_linears(state):
 
 def quantize_linear(weight, fmt):
     """compressed-tensors' own compression of one [out, in] weight in the format's scheme."""
-    compressor, scheme, _ = FORMATS[fmt]
+    compressor, scheme, _unused = FORMATS[fmt]
     w = weight.float()
     if scheme.weights.strategy == "group":
         groups = w.reshape(w.shape[0], w.shape[1] // GROUP, GROUP)
@@ -159,7 +159,7 @@ def quantize_linear(weight, fmt):
 
 
 def dequantized(packed, fmt):
-    compressor, scheme, _ = FORMATS[fmt]
+    compressor, scheme, _unused = FORMATS[fmt]
     return compressor.decompress({k: v.float() if k == "weight_scale" else v for k, v in packed.items()},
                                  scheme)["weight"]
 
@@ -214,7 +214,7 @@ def write(out_dir, model, tok, tensors, fmt):
     config["torch_dtype"] = "bfloat16"
     config["num_experts"] = model.config.num_experts  # the key vLLM's Qwen3-MoE reads
     config["eos_token_id"] = tok.convert_tokens_to_ids(EOS)
-    _, scheme, name = FORMATS[fmt]
+    _unused, scheme, name = FORMATS[fmt]
     qconfig = QuantizationConfig(config_groups={"group_0": scheme}, format=name, ignore=IGNORE,
                                  quantization_status=QuantizationStatus.COMPRESSED)
     config["quantization_config"] = dict(qconfig.model_dump(), quant_method="compressed-tensors")
@@ -227,7 +227,7 @@ def write(out_dir, model, tok, tensors, fmt):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("out_dir")
     ap.add_argument("--mode", choices=["trained", "random"], required=True)
     ap.add_argument("--format", choices=sorted(FORMATS), default="w4a16")
@@ -246,7 +246,7 @@ def main(argv=None):
     model.to("cpu").float()
     tensors, roundtrip = checkpoint(model, args.format)
     load_roundtrip(model, roundtrip)
-    report["quantized_greedy"] = {p: greedy(model, tok, p, 12, "cpu") for p, _ in LESSONS}
+    report["quantized_greedy"] = {p: greedy(model, tok, p, 12, "cpu") for p, _unused in LESSONS}
     write(args.out_dir, model, tok, tensors, args.format)
     report["files"] = sorted(os.listdir(args.out_dir))
     print(json.dumps(report, ensure_ascii=False))

@@ -60,8 +60,8 @@ def requirements(path=REQUIREMENTS):
             line = raw.split("#", 1)[0].strip()
             if not line:
                 continue
-            spec, _, digest = line.partition("--hash=sha256:")
-            name, _, version = spec.strip().partition("==")
+            spec, _unused, digest = line.partition("--hash=sha256:")
+            name, _unused, version = spec.strip().partition("==")
             if not version or not digest:
                 raise SystemExit("%s: every line must be NAME==VERSION --hash=sha256:DIGEST, not %r" % (path, line))
             out.append((name.strip(), version.strip(), digest.strip()))
@@ -75,7 +75,7 @@ def download(args):
     for platform in PLATFORMS:
         cmd += ["--platform", platform]
     subprocess.run(cmd, check=True)
-    wanted = {digest for _, _, digest in requirements()}
+    wanted = {digest for _unused, _unused, digest in requirements()}
     for name in os.listdir(args.wheels):  # wheels of an older lock would be packed too
         if name.endswith(".whl") and sha256(os.path.join(args.wheels, name)) not in wanted:
             os.remove(os.path.join(args.wheels, name))
@@ -103,7 +103,7 @@ def pack(args):
     os.remove(tar_path)
     with open(os.path.join(args.pieces, "SHA256SUMS"), "w") as fh:
         fh.writelines("%s  %s\n" % pair for pair in sums)
-    print(json.dumps({"pieces": [n for _, n in sums[:-1]], "tar_mib": round(size / 2**20, 1),
+    print(json.dumps({"pieces": [n for _unused, n in sums[:-1]], "tar_mib": round(size / 2**20, 1),
                       "piece_mib": args.piece_mib}))
 
 
@@ -182,7 +182,7 @@ def install(args):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     ap.add_argument("command", choices=["download", "pack", "stage", "install"])
     ap.add_argument("--wheels", default=os.path.join(WORK, "wheels"))
     ap.add_argument("--pieces", default=PIECES)

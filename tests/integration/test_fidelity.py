@@ -123,7 +123,7 @@ def test_several_defects_are_reported_in_one_run():
 def test_attention_backend_missing_from_the_release_is_refused_before_boot():
     """TRITON_ATTN_DIFFKV is in 0.34.0's attention registry (the default deploy uses it) but not 0.21.0's."""
     out = refused({"sparkfleet_base_image": "sparkfleet-sim/vllm-openai:0.21.0",
-                            "sparkfleet_vllm_version": "0.21.0"})
+                   "sparkfleet_vllm_version": "0.21.0"})
     assert "TRITON_ATTN_DIFFKV" in out and "0.21.0" in out and "FLASH_ATTN_DIFFKV" in out, out[-3000:]
     assert "min_vllm" in out
 

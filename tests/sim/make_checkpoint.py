@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Synthetic checkpoints in the real on-disk format, for the simulated cluster.
 
 The files are small but real: ``config.json`` with the quantization_config of the model family,
@@ -220,7 +219,7 @@ def ensure_cached(root: Path, flavour: str, shape: dict | None = None) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     p.add_argument("dest", type=Path, help="a Hugging Face hub directory to write into")
     p.add_argument("--flavour", choices=sorted(FLAVOURS), default="mimo")
     p.add_argument("--layers", type=int, default=DEFAULT_SHAPE["layers"])

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """simctl: the simulated DGX Spark cluster that the tests and `make demo` run against.
 
 This is a test bed. Every node is a Docker-in-Docker container with its own Docker engine, its own IP on a
@@ -141,7 +140,7 @@ def ensure_rootfs_image(client: docker.DockerClient) -> str:
             partial = tarball.with_suffix(".tar.part")
             run(["tar", "-C", str(root), "--numeric-owner", "-cf", str(partial), "."])
             partial.rename(tarball)
-    repo, _, version = tag.partition(":")
+    repo, _unused, version = tag.partition(":")
     log(f"importing {tarball} as {tag}")
     client.api.import_image_from_file(str(tarball), repository=repo, tag=version)
     return tag
@@ -421,7 +420,7 @@ def cmd_status(args) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="simctl", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="simctl", description=__doc__.split("\n", maxsplit=1)[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("images").set_defaults(fn=cmd_images)
     up = sub.add_parser("up")

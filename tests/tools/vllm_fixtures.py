@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Extract the vLLM source material the unit tests judge, from every release's sdist on PyPI.
 
 Writes, under tests/unit/fixtures/vllm/:

@@ -76,7 +76,7 @@ def test_dangling_link_is_named(hub):
 
 def test_shard_missing_from_snapshot(hub):
     hub, info = hub
-    name, _ = shard_blob(hub, info)
+    name, _unused = shard_blob(hub, info)
     os.unlink(os.path.join(checkpoint.snapshot_dir(str(hub), info["repo_id"], info["revision"]), name))
     report = checkpoint.verify_snapshot(str(hub), info["repo_id"], info["revision"])
     assert report["problems"] == [name + ": missing from the snapshot"]
@@ -93,8 +93,8 @@ def test_framing_reader_matches_the_safetensors_library(hub):
     from safetensors import safe_open
 
     hub, info = hub
-    _, blob = shard_blob(hub, info)
-    header, _ = checkpoint.read_header(blob)
+    _unused, blob = shard_blob(hub, info)
+    header, _unused = checkpoint.read_header(blob)
     with safe_open(blob, framework="numpy") as f:
         assert sorted(k for k in header if k != "__metadata__") == sorted(f.keys())
     assert checkpoint.check_framing(blob) == len(list(header)) - 1
@@ -103,8 +103,8 @@ def test_framing_reader_matches_the_safetensors_library(hub):
 def test_synthetic_checkpoint_keeps_the_kimi_format(pristine):
     """int32 packed experts (8 nibbles) with bf16 scales [rows, cols/32], as in the seed's shard 30."""
     hub, info = pristine
-    _, blob = shard_blob(hub, info)
-    header, _ = checkpoint.read_header(blob)
+    _unused, blob = shard_blob(hub, info)
+    header, _unused = checkpoint.read_header(blob)
     packed = next(k for k in header if k.endswith("gate_proj.weight_packed"))
     scale = packed.replace("weight_packed", "weight_scale")
     assert header[packed]["dtype"] == "I32" and header[scale]["dtype"] == "BF16"
@@ -114,4 +114,4 @@ def test_synthetic_checkpoint_keeps_the_kimi_format(pristine):
     q = cfg["quantization_config"]
     assert q["format"] == "pack-quantized"
     assert q["config_groups"]["group_0"]["weights"] == {"num_bits": 4, "type": "int", "group_size": 32,
-                                                          "strategy": "group", "symmetric": True}
+                                                        "strategy": "group", "symmetric": True}

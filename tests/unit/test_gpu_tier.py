@@ -39,8 +39,8 @@ def _pack(tmp_path, whl, req, monkeypatch):
 
 
 def test_the_lock_reads_pins_and_digests_and_skips_comments(carried, monkeypatch):
-    _, _, req = carried
-    assert [(n, v) for n, v, _ in wheels.requirements(str(req))] == [("alpha", "1.0"), ("beta", "1.0")]
+    _unused, _unused, req = carried
+    assert [(n, v) for n, v, _unused in wheels.requirements(str(req))] == [("alpha", "1.0"), ("beta", "1.0")]
     bad = req.parent / "bad.txt"
     bad.write_text("alpha>=1.0\n")
     with pytest.raises(SystemExit, match="NAME==VERSION --hash=sha256:DIGEST"):
@@ -50,7 +50,7 @@ def test_the_lock_reads_pins_and_digests_and_skips_comments(carried, monkeypatch
 def test_the_committed_lock_pins_every_wheel_with_a_digest():
     rows = wheels.requirements()
     assert rows[0][:2] == ("vllm", "0.21.0")
-    assert all(len(digest) == 64 for _, _, digest in rows)
+    assert all(len(digest) == 64 for _unused, _unused, digest in rows)
 
 
 def test_pieces_arrive_over_several_transfers_and_only_verified_ones_are_kept(carried, monkeypatch, capsys):
@@ -226,7 +226,7 @@ def test_the_driver_serves_checks_and_stops_the_whole_group(tmp_path, monkeypatc
     assert [a["ok"] for a in verdict["answers"]] == [True, True]
     assert (out / "vllm-0.21.0-unpatched-h200.log").read_text() == recorded.read_text()
     child = int((tmp_path / "child.pid").read_text())
-    for _ in range(20):
+    for _unused in range(20):
         if not os.path.exists("/proc/%d" % child) or "Z" in open("/proc/%d/stat" % child).read().split()[2]:
             break
         time.sleep(0.1)

@@ -41,7 +41,7 @@ def test_local_differs_from_spark16_only_in_allowed_settings():
 
 def test_no_gpu_faking_anywhere():
     for name in ("local", "spark8", "spark16"):
-        for (_, key) in group_vars(name):
+        for (_unused, key) in group_vars(name):
             assert "num_gpus" not in key and "gpu_required" not in key, (name, key)
 
 

@@ -20,9 +20,11 @@ import pytest
 from vllm_fixture_tree import INDEX, materialise, vt
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import patches
-from ansible_collections.sparkfleet.vllm.plugins.module_utils.patches import cuda_path, p5_wna16_moe_backend, verdicts
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.patches import cuda_path, p5_wna16_moe_backend
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "tools"))
+import patch_verdicts
 
 A, F, N = patches.APPLIED, patches.FIXED, patches.NOT_FOUND
 IDS = ("marlin_chunked_repack", "modelopt_mxfp8_dispatch", "mxfp8_scale_name", "mimo_qkv_split", "wna16_moe_backend")
@@ -131,12 +133,12 @@ def test_0_24_rocm_only_text_is_not_a_fix(tmp_path):
                 and not isinstance(n.test, ast.BoolOp)]
     assert all(any(r in set(ast.walk(i)) for i in rocm_ifs) for r in reads), "every read is inside is_rocm()"
     as_released = p5_wna16_moe_backend.cuda_methods(tree, "triton")
-    assert {n for n, _ in as_released} == {"CompressedTensorsWNA16MarlinMoEMethod"}
+    assert {n for n, _unused in as_released} == {"CompressedTensorsWNA16MarlinMoEMethod"}
     report = patches.run(str(vllm), patches.select(["wna16_moe_backend"]))
     assert report[0]["verdict"] == A
     patched = ast.parse((vllm / NEW_CT).read_text())
-    assert {n for n, _ in p5_wna16_moe_backend.cuda_methods(patched, "triton")} == {"CompressedTensorsWNA16MoEMethod"}
-    assert {n for n, _ in p5_wna16_moe_backend.cuda_methods(patched, "auto")} == {
+    assert {n for n, _unused in p5_wna16_moe_backend.cuda_methods(patched, "triton")} == {"CompressedTensorsWNA16MoEMethod"}
+    assert {n for n, _unused in p5_wna16_moe_backend.cuda_methods(patched, "auto")} == {
         "CompressedTensorsWNA16MarlinMoEMethod"}  # upstream's default is kept when triton is not asked for
 
 
@@ -151,7 +153,7 @@ def test_0_25_0_26_triton_bypasses_the_refusing_oracle(version, tmp_path):
     assert "triton" not in keys and "marlin" in keys  # --moe-backend triton raises ValueError there
     patches.run(str(vllm), patches.select(["wna16_moe_backend"]))
     tree = ast.parse((vllm / NEW_CT).read_text())
-    assert {n for n, _ in p5_wna16_moe_backend.cuda_methods(tree, "triton")} == {"CompressedTensorsWNA16MoEMethod"}
+    assert {n for n, _unused in p5_wna16_moe_backend.cuda_methods(tree, "triton")} == {"CompressedTensorsWNA16MoEMethod"}
     triton_method = (vllm / NEW_CT).parent / "compressed_tensors_moe_wna16.py"
     assert "select_wna16_moe_backend" not in triton_method.read_text()  # it does not consult the oracle
 
@@ -186,14 +188,14 @@ def test_a_moved_target_names_every_candidate(tmp_path):
 
 # ------------------------------------------------------------------------------------ the verdicts command
 def test_verdicts_command_on_a_fixture_tree(tmp_path):
-    """`make patch-verdicts VLLM_SRC=...` runs this module: JSON on stdout, the table's verdicts, nothing
-    written, for a directory that contains vllm/ and for the vllm package directory itself."""
+    """`make patch-verdicts VLLM_SRC=...` runs tests/tools/patch_verdicts.py: JSON on stdout, the table's
+    verdicts, nothing written, for a directory that contains vllm/ and for the vllm package directory itself."""
     vllm = materialise("0.25.0", tmp_path / "tree")
     before = snapshot(vllm)
     for arg in (vllm.parent, vllm):
         out = io.StringIO()
         with redirect_stdout(out):
-            assert verdicts.main([str(arg)]) == 0
+            assert patch_verdicts.main([str(arg)]) == 0
         doc = json.loads(out.getvalue())
         assert doc["vllm_version"] == "0.25.0" and doc["vllm_dir"] == str(vllm)
         assert [r["verdict"] for r in doc["patches"]] == list(TABLE["0.25.0"])
@@ -207,7 +209,7 @@ def test_verdicts_command_as_the_makefile_runs_it(tmp_path):
     (root / "ansible_collections" / "sparkfleet").mkdir(parents=True)
     os.symlink(REPO, root / "ansible_collections" / "sparkfleet" / "vllm")
     vllm = materialise("0.17.0", tmp_path / "tree")
-    cmd = [sys.executable, "-m", "ansible_collections.sparkfleet.vllm.plugins.module_utils.patches.verdicts"]
+    cmd = [sys.executable, str(REPO / "tests" / "tools" / "patch_verdicts.py")]
     env = dict(os.environ, PYTHONPATH=str(root))
     res = subprocess.run(cmd + [str(vllm.parent), "--patches", "wna16_moe_backend,mimo_qkv_split"],
                          capture_output=True, text=True, env=env, check=False)
@@ -252,7 +254,7 @@ class CompressedTensorsMoEMethod:
 ])
 def test_wna16_rule_on_synthetic_shapes(body, verdict):
     patch = patches.CATALOGUE["wna16_moe_backend"]
-    got, new, _ = patches.engine.evaluate(patch, SHAPE % body)
+    got, new, _unused = patches.engine.evaluate(patch, SHAPE % body)
     assert got == verdict
     if got == A:
         compile(new, "x.py", "exec")

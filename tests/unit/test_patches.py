@@ -53,7 +53,7 @@ def test_per_version_verdicts_and_idempotence(sources):
 
 
 def test_dry_run_writes_nothing(sources):
-    _, vllm = sources
+    _unused, vllm = sources
     before = {p: p.read_text() for p in vllm.rglob("*.py")}
     patches.run(str(vllm), patches.select(ALL), write=False)
     assert {p: p.read_text() for p in vllm.rglob("*.py")} == before
@@ -110,7 +110,7 @@ def fused_rows():
 
 
 def test_qkv_rows_of_mimo():
-    q, k, v, _ = fused_rows()
+    q, k, v, _unused = fused_rows()
     assert (q, k, v) == (24576, 1536, 1024)
     with pytest.raises(ValueError, match="not a plain \\[Q\\|K\\|V\\] stack"):
         qkv._sparkfleet_qkv_rows(27000, **MIMO)
@@ -152,7 +152,6 @@ def test_scale_name_mapping():
         "x.weight_scale_inv"
 
 
-
 def test_in_image_runner_from_the_shipped_files(pristine_sources, tmp_path):
     """The files vllm_image puts in the build context form a package that runs on its own (no collection)."""
     import subprocess
@@ -177,7 +176,7 @@ def test_in_image_runner_from_the_shipped_files(pristine_sources, tmp_path):
     assert not any("sparkfleet-patch" in p.read_text() for p in (site / "vllm").rglob("*.py"))  # dry run
     real = subprocess.run([sys.executable, "-S", str(ctx / "apply_patches.py"), str(ctx), "apply", ids, ids],
                           capture_output=True, text=True, env=env, check=False)
-    report, _ = image_build.parse_patch_output(real.stdout)
+    report, _unused = image_build.parse_patch_output(real.stdout)
     assert real.returncode == 0 and {r["id"]: r["verdict"] for r in report} == EXPECTED[version]
 
 
@@ -187,7 +186,7 @@ def test_in_image_runner_reports_a_missing_required_anchor(pristine_sources, tmp
 
     from ansible_collections.sparkfleet.vllm.plugins.module_utils import image_build
 
-    _, src = pristine_sources
+    _unused, src = pristine_sources
     ctx, site = tmp_path / "ctx", tmp_path / "site"
     for rel, text in image_build.patch_sources(patches).items():
         (ctx / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -196,6 +195,6 @@ def test_in_image_runner_reports_a_missing_required_anchor(pristine_sources, tmp
     (site / "vllm" / patches.CATALOGUE["mimo_qkv_split"].target).unlink()
     res = subprocess.run([sys.executable, "-S", str(ctx / "apply_patches.py"), str(ctx), "dry-run", "mimo_qkv_split",
                           "mimo_qkv_split"], capture_output=True, text=True, env={"PYTHONPATH": str(site)}, check=False)
-    _, error = image_build.parse_patch_output(res.stdout)
+    _unused, error = image_build.parse_patch_output(res.stdout)
     assert res.returncode == 3
     assert "required patch mimo_qkv_split cannot be applied" in error and "mimo_v2.py does not exist" in error

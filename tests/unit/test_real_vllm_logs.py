@@ -96,7 +96,7 @@ def test_the_lock_carries_what_serving_imported():
     sys.path.insert(0, str(REPO / "tests" / "gpu"))
     import wheels
 
-    locked = {norm(name) for name, _, _ in wheels.requirements()}
+    locked = {norm(name) for name, _unused, _unused in wheels.requirements()}
     imported = {norm(name) for name in FIRST["imports"]["imported"]}
     unproven = {norm(name) for name in FIRST["imports"]["unproven"]}
     unused = {norm(name) for name in FIRST["imports"]["not_imported"]}
@@ -118,7 +118,7 @@ def test_the_stand_ins_emulated_lines_are_the_real_ones(run, patched, tmp_path):
     tree = materialise("0.21.0", tmp_path)
     if patched:
         patches.run(str(tree), patches.select(["wna16_moe_backend"]), write=True)
-    _, lines = gb10.wna16(gb10.Release(tree), "triton")
+    _unused, lines = gb10.wna16(gb10.Release(tree), "triton")
     assert lines
     assert set(lines) <= messages(log(run))
 

@@ -64,7 +64,7 @@ def test_emulation_judges_the_patched_source(version, tmp_path):
     vllm = materialise(version, tmp_path)
     report = {r["id"]: r["verdict"] for r in patches.run(str(vllm), patches.select(list(patches.CATALOGUE)))}
     release = gb10.Release(vllm)
-    backend, _ = kimi(release)
+    backend, _unused = kimi(release)
     if report["wna16_moe_backend"] == patches.APPLIED:
         assert backend == "TRITON"
     elif report["wna16_moe_backend"] == patches.FIXED:

@@ -112,7 +112,7 @@ def parse_exit(site, capsys, *args):
 
 # ---------------------------------------------------------------------------------------------- flags
 def test_standin_refuses_an_unknown_flag_as_argparse_does(image_site):
-    _, site = image_site
+    _unused, site = image_site
     res = run_standin(site, "serve", "/nonexistent", "--no-such-flag", "1")
     assert res.returncode == 2
     assert "vllm: error: unrecognized arguments: --no-such-flag 1" in res.stderr
@@ -131,19 +131,19 @@ def test_standin_refuses_kv_cache_dtype_fp9_the_way_each_release_does(image_site
 
 
 def test_standin_moe_backend_choices_come_from_the_release(image_site, capsys):
-    _, site = image_site
+    _unused, site = image_site
     code, err = parse_exit(site, capsys, "serve", "m", "--moe-backend", "no_such_backend")
     assert code == 2
     assert "argument --moe-backend: invalid choice: 'no_such_backend' (choose from " in err
     assert "'marlin'" in err and "'triton'" in err
-    args, _, _ = read_cli(site, "serve", "m", "--moe-backend", "TRITON")
+    args, _unused, _unused = read_cli(site, "serve", "m", "--moe-backend", "TRITON")
     assert args.moe_backend == "triton"  # vLLM lower-cases it before checking
 
 
 def test_standin_normalises_flags_as_flexible_argument_parser(image_site, capsys):
-    _, site = image_site
-    args, _, _ = read_cli(site, "serve", "m", "--max_model_len", "4k", "--gpu_memory_utilization=0.8",
-                          "--enforce_eager", "--no-trust-remote-code", "-tp", "2")
+    _unused, site = image_site
+    args, _unused, _unused = read_cli(site, "serve", "m", "--max_model_len", "4k", "--gpu_memory_utilization=0.8",
+                                      "--enforce_eager", "--no-trust-remote-code", "-tp", "2")
     assert (args.max_model_len, args.gpu_memory_utilization) == (4000, 0.8)
     assert (args.enforce_eager, args.trust_remote_code, args.tensor_parallel_size) == (True, False, 2)
     code, err = parse_exit(site, capsys, "serve", "m", "--gpu-memory-utilization", "lots")
@@ -153,7 +153,7 @@ def test_standin_normalises_flags_as_flexible_argument_parser(image_site, capsys
 
 
 def test_standin_validates_json_config_flags_at_parse_time(image_site, capsys):
-    _, site = image_site
+    _unused, site = image_site
     code, err = parse_exit(site, capsys, "serve", "m", "-ac.no_such_key", "1")
     assert code == 2
     assert "argument --attention-config/-ac: 1 validation error for AttentionConfig" in err
@@ -189,7 +189,7 @@ def test_standin_attention_backend_inside_attention_config_is_an_argparse_error(
 def test_standin_without_a_gpu_accepts_the_flags_then_fails_like_vllm(image_site):
     """Nothing here is a parse error for either release (0.21.0 judges the backend only while it builds its
     engine config, after detecting the platform): without NVML, the missing GPU is what ends the start."""
-    _, site = image_site
+    _unused, site = image_site
     res = run_standin(site, "serve", "/nonexistent", "--attention-backend", "TRITON_ATTN_DIFFKV")
     assert res.returncode == 1  # not argparse's 2: nothing on this command line is a parse error
     assert "RuntimeError: Failed to infer device type, please set the environment variable " \
@@ -198,7 +198,7 @@ def test_standin_without_a_gpu_accepts_the_flags_then_fails_like_vllm(image_site
 
 # ------------------------------------------------------------------------------------- quantization
 def test_standin_refuses_an_unknown_quantization_method(image_site, nvml_dir, model_dir):
-    _, site = image_site
+    _unused, site = image_site
     res = run_standin(site, "serve", str(model_dir), "--quantization", "no_such_quant", nvml=nvml_dir)
     assert res.returncode == 1
     assert "1 validation error for ModelConfig" in res.stderr
@@ -207,7 +207,7 @@ def test_standin_refuses_an_unknown_quantization_method(image_site, nvml_dir, mo
 
 # -------------------------------------------------------------------------------------------- env
 def test_standin_refuses_a_vllm_env_value_outside_its_declared_choices(image_site, nvml_dir, model_dir):
-    _, site = image_site
+    _unused, site = image_site
     res = run_standin(site, "serve", str(model_dir), nvml=nvml_dir, env={"VLLM_WORKER_MULTIPROC_METHOD": "threads"})
     assert res.returncode == 1
     assert "EngineCore failed to start. ValueError: Invalid value 'threads' for VLLM_WORKER_MULTIPROC_METHOD. " \
@@ -215,7 +215,7 @@ def test_standin_refuses_a_vllm_env_value_outside_its_declared_choices(image_sit
 
 
 def test_standin_only_warns_on_an_unknown_vllm_env_name_unless_asked_to_fail(image_site, nvml_dir, model_dir):
-    _, site = image_site
+    _unused, site = image_site
     env = {"VLLM_SPARKFLEET_STANDIN_TEST": "1"}
     res = run_standin(site, "serve", str(model_dir), nvml=nvml_dir, env=env)
     assert "WARNING" in res.stdout and "Unknown vLLM environment variable detected: VLLM_SPARKFLEET_STANDIN_TEST" \
@@ -228,7 +228,7 @@ def test_standin_only_warns_on_an_unknown_vllm_env_name_unless_asked_to_fail(ima
 
 # ------------------------------------------------------------------------------------------------ GPU
 def test_standin_without_nvml_fails_in_the_api_server_as_vllm(image_site, nvml_dir, model_dir):
-    _, site = image_site
+    _unused, site = image_site
     for nvml in (None, nvml_dir):  # no libnvidia-ml.so.1 at all; a library that reports 0 devices
         res = run_standin(site, "serve", str(model_dir), nvml=nvml, gpus=0)
         assert res.returncode == 1
@@ -312,7 +312,7 @@ def test_standin_kernel_lines_are_what_verify_reads(recipe, image_site, tmp_path
     config = {"architectures": make_checkpoint.FLAVOURS[flavour]["architectures"]}
     quant = make_checkpoint.FLAVOURS[flavour]["quantization_config"]
     argv = serve_argv("/models/x", r["served_model_name"], 8, 1, 8000, "0.0.0.0", r.get("serve_args", []))
-    args, _, _ = read_cli(site, *argv[1:])
+    args, _unused, _unused = read_cli(site, *argv[1:])
     expected = vllm_check.expected_kernels(dict(
         serve_args=r["serve_args"], moe_backend=r["moe_backend"], attention_backend=None, kv_cache_dtype=None,
         quantization=r["quantization"], mxfp8_linear_kernel=r.get("mxfp8_linear_kernel"),

@@ -25,7 +25,7 @@ def test_three_hop_chain_delivers_identical_bytes(tmp_path):
     payload = os.urandom(3 * 1024 * 1024 + 17)
     src = tmp_path / "src.bin"
     src.write_bytes(payload)
-    ports = [free_port() for _ in range(3)]
+    ports = [free_port() for _unused in range(3)]
     results = {}
 
     def hop(i):

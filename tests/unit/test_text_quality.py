@@ -131,7 +131,7 @@ def test_script_of_by_block(ch, script):
 
 
 def test_script_ranges_are_sorted_and_disjoint():
-    for (_, last, _), (first, _, _) in zip(SCRIPT_RANGES, SCRIPT_RANGES[1:]):
+    for (_unused, last, _unused), (first, _unused, _unused) in zip(SCRIPT_RANGES, SCRIPT_RANGES[1:]):
         assert last < first
 
 

@@ -137,7 +137,7 @@ def test_recipe_env_needs_allowing(facts):
     mimo = recipe("mimo-v2.5-pro")
     problems = vc.check(recipe_argv(mimo), mimo["env"], facts["0.34.0"])
     assert problems == [p for p in problems if p.startswith("VLLM_SPARKFLEET_MIMO_QKV_LAYOUT is not an environment "
-                                                             "variable of vLLM 0.34.0")]
+                                                            "variable of vLLM 0.34.0")]
     assert len(problems) == 1
 
 

@@ -59,7 +59,7 @@ def test_a_log_that_names_no_known_release_proves_nothing():
     """Without a release the catalogue knows, no expected fact can pass: it is unverifiable (and vllm_check
     fails on unverifiable facts unless told to warn)."""
     for log, version in (("", None), ("(APIServer pid=7) INFO 12-03 10:00:00 [startup.py:60] vLLM server version "
-                                       "0.35.0, serving model m\n", None)):
+                                      "0.35.0, serving model m\n", None)):
         verdicts = vllm_logs.verdicts({"moe_backend": "triton", "mxfp8_linear_kernel": "any"},
                                       vllm_logs.parse(log), version)
         assert {v["status"] for v in verdicts} == {"unverifiable"}

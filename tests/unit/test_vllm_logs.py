@@ -186,7 +186,7 @@ def test_every_documented_line_of_the_release_parses_back(release):
 
 def test_debug_lines_are_read_when_present():
     (e,) = vl.entries("model_executor/layers/attention/attention.py", "Layer %s: kv_cache_dtype=%s, sliding_window=%s",
-                     "debug")
+                      "debug")
     body = vl.fill(e["format"], ("model.layers.3.self_attn.attn", "fp8_e5m2", 128))
     assert parse(vl.wrap("0.34.0", "debug", e["file"], body))["kv_cache_dtype"] == "fp8_e5m2"
 
@@ -343,7 +343,7 @@ def test_a_patched_release_that_logs_only_the_triton_method_passes():
 # ---------------------------------------------------------------------------------------- seed 004: MiMo
 def mimo_log(release, mxfp8_line=True, attention="TRITON_ATTN_DIFFKV", kv="fp8"):
     lines = [vl.wrap(release, "info", "v1/engine/core.py",
-                    vl.engine_line(release, quantization="modelopt_mixed", kv_cache_dtype=kv))]
+                     vl.engine_line(release, quantization="modelopt_mixed", kv_cache_dtype=kv))]
     if vl.vt(release) <= (0, 33, 0):
         (e,) = vl.entries(ORACLE + "nvfp4.py", "Using '{...}' NvFp4 MoE backend out of potential backends: {...}.")
         moe = vl.fill(e["format"], ("MARLIN", ["FLASHINFER_CUTLASS", "VLLM_CUTLASS", "MARLIN"]))
@@ -428,7 +428,7 @@ def test_a_release_without_a_logger_call_for_the_fact_is_unverifiable(monkeypatc
 
 def test_a_value_logged_by_an_uncatalogued_release_is_still_compared():
     facts = parse(vl.wrap("0.34.0", "info_once", "platforms/cuda.py",
-                         "Using FLASHINFER attention backend out of potential backends: ['FLASHINFER']."))
+                          "Using FLASHINFER attention backend out of potential backends: ['FLASHINFER']."))
     (v,) = verdicts({"attention_backend": "TRITON_ATTN"}, facts, "0.40.0")
     assert v["status"] == "mismatch" and v["found"] == "FLASHINFER"
 

@@ -39,7 +39,7 @@ def test_probe_errors_are_not_ready_yet():
 
 
 def test_abort_stops_at_once():
-    def predicate(_):
+    def predicate(_unused):
         raise WaitAborted("container exited")
 
     clock = FakeClock()

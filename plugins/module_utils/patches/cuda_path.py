@@ -194,13 +194,13 @@ MAX_PATHS = 256
 def _merge(states):
     """One state standing for many: names that differ become UNKNOWN, the path is the common prefix."""
     facts = states[0][0].copy()
-    for other, _ in states[1:]:
+    for other, _unused in states[1:]:
         for key in set(facts.env) | set(other.env):
             if facts.env.get(key, UNKNOWN) is not other.env.get(key, UNKNOWN) and \
                     facts.env.get(key, UNKNOWN) != other.env.get(key, UNKNOWN):
                 facts.env[key] = UNKNOWN
     path = states[0][1]
-    for _, p in states[1:]:
+    for _unused, p in states[1:]:
         n = 0
         while n < min(len(path), len(p)) and path[n] == p[n]:
             n += 1
@@ -257,7 +257,7 @@ def _step(st, facts, path):
         inside = facts.copy()
         for name in _assigned_names(st.body) | _assigned_names([st.target] if hasattr(st, "target") else []):
             inside.env[name] = UNKNOWN
-        e, _ = walk(st.body, inside, path)
+        e, _unused = walk(st.body, inside, path)
         after = inside.copy()
         return [x for x in e if x.kind in ("return", "raise")], [(after, path)]
     if isinstance(st, (ast.With, ast.AsyncWith)):

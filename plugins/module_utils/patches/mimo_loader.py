@@ -82,7 +82,7 @@ def no_loader_detail(tree):
         return "no model class here has a load_weights that loops over the checkpoint's tensors"
     return ("%s takes no fused qkv_proj (the MiMo-V2.5-Pro format, which models/mimo_v2.py loads from vLLM 0.21), "
             "so festr2's checkpoint cannot load with this release"
-            % ", ".join("%s.load_weights" % cls.name for cls, _, _ in loops))
+            % ", ".join("%s.load_weights" % cls.name for cls, _unused, _unused in loops))
 
 
 def fused_reach(tree, loader):

@@ -131,14 +131,14 @@ class MarlinChunkedRepack(Patch):
                 return NEEDED, (fn.name, loop, acc), (
                     "%s collected every repacked expert in a list and concatenated it; each expert is now "
                     "copied into one preallocated tensor" % fn.name)
-        if all(preallocates(loop) for _, loop in found):
+        if all(preallocates(loop) for _unused, loop in found):
             return UPSTREAM, ("the weight repack (%s) writes each expert into a preallocated tensor "
-                              "(vllm#47851)" % ", ".join(fn.name for fn, _ in found))
+                              "(vllm#47851)" % ", ".join(fn.name for fn, _unused in found))
         return ABSENT, ("the weight repack (%s) neither concatenates a list nor writes into a preallocated "
-                        "tensor" % ", ".join(fn.name for fn, _ in found))
+                        "tensor" % ", ".join(fn.name for fn, _unused in found))
 
     def transform(self, src, anchor):
-        _, loop, (init, append, ret) = anchor
+        _unused, loop, (init, append, ret) = anchor
         index = loop.target.id
         count = ast.get_source_segment(src, loop.iter.args[0])
         item = append.value.args[0].id

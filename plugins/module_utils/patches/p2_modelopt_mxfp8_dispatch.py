@@ -49,7 +49,7 @@ def mxfp8_linear_exits(tree):
         return None
     facts = cuda_path.Facts(tree, calls={"_resolve_quant_algo": "MXFP8", "is_layer_excluded": False},
                             isinstance_true={"LinearBase"})
-    exits, _ = cuda_path.walk(fn.body, facts)
+    exits, _unused = cuda_path.walk(fn.body, facts)
     return [e for e in exits if e.kind in ("return", "raise")]
 
 
@@ -61,7 +61,7 @@ def _quantizes(exit_, tree):
     helper = cuda_path.functions(tree).get(name)
     if helper is None:
         return True
-    inner, _ = cuda_path.walk(helper.body, cuda_path.bind(exit_.node.value, helper, exit_.facts))
+    inner, _unused = cuda_path.walk(helper.body, cuda_path.bind(exit_.node.value, helper, exit_.facts))
     return any(e.kind == "return" and not cuda_path.returns_none(e) and
                cuda_path.returned_call(e) != UNQUANTIZED for e in inner)
 

@@ -70,9 +70,9 @@ class Mxfp8ScaleName(Patch):
                                 "weight_scale_inv never reached weight_scale; names are now mapped first"
                                 % loader.cls.name)
 
-    def transform(self, src, loader):
-        name = loader.loop.target.elts[0].id
-        at = segment(src, loader.loop.body[0])[0]
+    def transform(self, src, anchor):
+        name = anchor.loop.target.elts[0].id
+        at = segment(src, anchor.loop.body[0])[0]
         line = "%s%s = %s(%s, params_dict)  %s\n" % (indent_of(src, at), name, MAPPER, name, self.marker)
         src = src[:at] + line + src[at:]
         return insert_function(src, qkv._sparkfleet_scale_name)

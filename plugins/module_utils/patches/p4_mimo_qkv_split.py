@@ -124,19 +124,19 @@ class MimoQkvSplit(Patch):
         return NEEDED, loader, ("%s cut the fused qkv_proj as pre-sharded rank by rank; a plain [Q|K|V] tensor "
                                 "now goes to the Q, K and V shard loaders first" % where)
 
-    def transform(self, src, loader):
-        if loader.method is None:
-            name, tensor = (e.id for e in loader.loop.target.elts)
-            first, tail = loader.fused.body[0], "continue"
+    def transform(self, src, anchor):
+        if anchor.method is None:
+            name, tensor = (e.id for e in anchor.loop.target.elts)
+            first, tail = anchor.fused.body[0], "continue"
         else:
-            name, tensor = (a.arg for a in loader.method.args.args[1:3])
-            first, tail = mimo_loader.first_statement(loader.method), "return True"
+            name, tensor = (a.arg for a in anchor.method.args.args[1:3])
+            first, tail = mimo_loader.first_statement(anchor.method), "return True"
         at = segment(src, first)[0]
         ind = indent_of(src, at)
         src = src[:at] + (f"{ind}if self.{LOADER}({name}, {tensor}, params_dict, loaded_params):  {self.marker}\n"
                           f"{ind}    {tail}\n") + src[at:]
         tree = ast.parse(src)
-        fn = cuda_path.method(tree, loader.cls.name, "load_weights")
+        fn = cuda_path.method(tree, anchor.cls.name, "load_weights")
         first = fn.decorator_list[0] if fn.decorator_list else fn
         at = segment(src, first)[0]
         src = src[:at] + HELPER.format(marker=self.marker) + src[at:]

@@ -61,10 +61,10 @@ def wna16_branch(tree):
 
 def cuda_methods(tree, requested):
     """The exits of the WNA16 branch on GB10 that return a MoE method: [(class name, Exit)]."""
-    _, branch = wna16_branch(tree)
+    _unused, branch = wna16_branch(tree)
     if branch is None:
         return None
-    exits, _ = cuda_path.walk(branch.body, _gb10(tree, requested))
+    exits, _unused = cuda_path.walk(branch.body, _gb10(tree, requested))
     return [(cuda_path.returned_call(e), e) for e in exits
             if e.kind == "return" and (cuda_path.returned_call(e) or "").endswith("MoEMethod")]
 
@@ -87,7 +87,7 @@ class Wna16MoeBackend(Patch):
             return ABSENT, ("no get_moe_method with a WNA16 branch (`if quant_config._is_wNa16_group_channel(...)`) "
                             "in this file")
         marlin = [(n, e) for n, e in methods if _is_marlin(n)]
-        others = sorted({n for n, _ in methods if not _is_marlin(n)})
+        others = sorted({n for n, _unused in methods if not _is_marlin(n)})
         if not marlin:
             if others:
                 return UPSTREAM, ("on CUDA the WNA16 branch of get_moe_method returns %s only, never a Marlin-only "
@@ -98,7 +98,7 @@ class Wna16MoeBackend(Patch):
             if not decided or branch != "orelse":
                 continue
             facts = _gb10(tree, "triton")
-            taken, _ = cuda_path.walk(if_node.body, facts)
+            taken, _unused = cuda_path.walk(if_node.body, facts)
             if any(e.kind == "return" and (cuda_path.returned_call(e) or "").endswith("WNA16MoEMethod")
                    and not _is_marlin(cuda_path.returned_call(e)) for e in taken):
                 return NEEDED, if_node, ("on CUDA the WNA16 branch bound %s whatever --moe-backend said; "
@@ -106,8 +106,8 @@ class Wna16MoeBackend(Patch):
         return ABSENT, ("on CUDA the WNA16 branch returns %s whatever --moe-backend says, but no decided `if` on "
                         "that path has a branch returning the Triton WNA16 method to route the request to" % name)
 
-    def transform(self, src, if_node):
-        test = if_node.test
+    def transform(self, src, anchor):
+        test = anchor.test
         lines = src.splitlines(keepends=True)
         offsets = [0]
         for line in lines:
@@ -118,11 +118,11 @@ class Wna16MoeBackend(Patch):
         before = src[:start].rstrip(" \t\n")
         after = src[end:].lstrip(" \t\n")
         if before.endswith("(") and after.startswith(")") and isinstance(test, ast.BoolOp) and \
-                isinstance(test.op, ast.Or) and test.lineno != if_node.lineno:
+                isinstance(test.op, ast.Or) and test.lineno != anchor.lineno:
             ind = indent_of(src, offsets[test.end_lineno - 1] + 1)
             src = src[:end] + "\n%sor %s  %s" % (ind, clause, self.marker) + src[end:]
         else:
-            ind = indent_of(src, offsets[if_node.lineno - 1] + 1)
+            ind = indent_of(src, offsets[anchor.lineno - 1] + 1)
             src = src[:start] + "(\n%s    (%s)\n%s    or %s  %s\n%s)" % (
                 ind, src[start:end], ind, clause, self.marker, ind) + src[end:]
         # After the last top-level import: the helper must exist before the method choice runs.
@@ -139,8 +139,8 @@ class Wna16MoeBackend(Patch):
         methods = cuda_methods(tree, "triton")
         if methods is None:
             return problems + ["the WNA16 branch of get_moe_method vanished"]
-        if any(_is_marlin(n) for n, _ in methods) or not methods:
+        if any(_is_marlin(n) for n, _unused in methods) or not methods:
             problems.append("with --moe-backend triton the CUDA path still binds a Marlin-only method")
-        if not any(_is_marlin(n) for n, _ in cuda_methods(tree, "marlin") or ()):
+        if not any(_is_marlin(n) for n, _unused in cuda_methods(tree, "marlin") or ()):
             problems.append("without a triton request the CUDA path no longer binds Marlin (upstream's default)")
         return problems

@@ -380,10 +380,10 @@ def _mentions(fn, needle: str) -> bool:
 
 def scale_inv_lands(rel: Release) -> bool:
     """Does MiMo's loader rebind a checkpoint name ending in `weight_scale_inv` before it matches params?"""
-    _, tree = _mimo_tree(rel)
+    _unused, tree = _mimo_tree(rel)
     if tree is None:
         return False
-    _, _, loop = _load_loop(tree)
+    _unused, _unused, loop = _load_loop(tree)
     if loop is None:
         return False
     funcs = _functions(tree)
@@ -410,10 +410,10 @@ def _splits_qkv(fn) -> bool:
 
 def qkv_outcome(rel: Release) -> str:
     """How a plain [Q|K|V] fused qkv_proj lands on the ranks: "split", "naive" or "refused"."""
-    _, tree = _mimo_tree(rel)
+    _unused, tree = _mimo_tree(rel)
     if tree is None:
         return "naive"
-    cls, _, loop = _load_loop(tree)
+    cls, _unused, loop = _load_loop(tree)
     if loop is None:
         return "naive"
     methods = {**_functions(tree), **_functions(cls)}

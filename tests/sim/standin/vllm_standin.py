@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """TEST DOUBLE for `vllm serve`: stands in for GPU inference on the simulated Spark cluster.
 
 It is not vLLM and nothing the collection ships depends on it. What it does for real:
@@ -100,7 +99,7 @@ def uvicorn(msg: str) -> None:
 def faults() -> dict[str, str]:
     out = {}
     for item in filter(None, (x.strip() for x in os.environ.get("SPARKFLEET_SIM_FAULT", "").split(","))):
-        key, _, val = item.partition("=")
+        key, _unused, val = item.partition("=")
         out[key] = val
     return out
 
@@ -961,7 +960,7 @@ class _Interp:
 
     def eval_dictcomp(self, node, frame):
         pairs = self._comprehension(node, frame, lambda s: (self.eval(node.key, s), self.eval(node.value, s)))
-        return UNKNOWN if pairs is UNKNOWN or any(k is UNKNOWN for k, _ in pairs) else dict(pairs)
+        return UNKNOWN if pairs is UNKNOWN or any(k is UNKNOWN for k, _unused in pairs) else dict(pairs)
 
     def eval_call(self, node, frame):
         if isinstance(node.func, ast.Name) and node.func.id == "super" and not node.args:
@@ -1692,7 +1691,7 @@ class VllmSource:
             value = getattr(ns, dest, None)
             if value is not None and value != defaults.get(dest):
                 checks.append((order(cls), cls, field, value))
-        for _, cls, field, value in sorted(checks, key=lambda c: c[0]):
+        for _unused, cls, field, value in sorted(checks, key=lambda c: c[0]):
             self.check_field(cls, field, value, src, ns)
 
     def check_field(self, cls: _Class, field: str, value, src: str, ns: argparse.Namespace) -> None:
@@ -1701,7 +1700,7 @@ class VllmSource:
         except Exception as exc:
             # EngineArgs calls some validators itself (AttentionConfig.validate_backend_before): then the
             # error is the validator's own; otherwise pydantic wraps it while building the config.
-            direct = any(f".{fn.__name__}(" in src for _, fn in cls.field_validators(field))
+            direct = any(f".{fn.__name__}(" in src for _unused, fn in cls.field_validators(field))
             raise StartupError.from_validator(cls, field, value, exc, direct) from exc
         verify = cls.attr(f"_verify_{field}")
         if isinstance(verify, _Function) and value is not UNKNOWN:
@@ -1926,7 +1925,7 @@ class Engine:
         self.world = args.tensor_parallel_size * args.pipeline_parallel_size
         ray.init(address=os.environ.get("RAY_ADDRESS", "auto"), logging_level="ERROR",
                  log_to_driver=True, runtime_env={"env_vars": {"SPARKFLEET_SIM_FAULT":
-                                                             os.environ.get("SPARKFLEET_SIM_FAULT", "")}})
+                                                               os.environ.get("SPARKFLEET_SIM_FAULT", "")}})
         log("Ray is already initialized. Skipping Ray initialization.", "EngineCore_DP0", where="ray_utils.py:1")
         log("No current placement group found. Creating a new placement group.", "EngineCore_DP0",
             where="ray_utils.py:2")
