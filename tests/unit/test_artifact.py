@@ -31,7 +31,7 @@ def installed(tmp_path_factory):
 
 
 def test_the_artifact_holds_only_the_collections_content(installed):
-    _, tarball, _ = installed
+    tarball = installed[1]
     with tarfile.open(tarball) as tar:
         members = tar.getmembers()
         names = [m.name for m in members]
@@ -47,7 +47,7 @@ def test_the_artifact_holds_only_the_collections_content(installed):
 
 
 def test_ansible_doc_renders_every_module_from_the_installed_copy(installed):
-    tmp, _, env = installed
+    tmp, env = installed[0], installed[2]
     res = subprocess.run([BIN / "ansible-doc", "-t", "module", "--json"] + ["sparkfleet.vllm.%s" % m for m in MODULES],
                          cwd=tmp, env=env, capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -62,7 +62,7 @@ def test_ansible_doc_renders_every_module_from_the_installed_copy(installed):
 
 @pytest.mark.parametrize("playbook", PLAYBOOKS)
 def test_every_playbook_passes_a_syntax_check_by_fqcn(installed, playbook):
-    tmp, _, env = installed
+    tmp, env = installed[0], installed[2]
     res = subprocess.run([BIN / "ansible-playbook", "--syntax-check", "-i", "localhost,",
                           "sparkfleet.vllm.%s" % playbook], cwd=tmp, env=env, capture_output=True, text=True,
                          check=False)
