@@ -52,7 +52,7 @@ attributes:
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
 author:
-  - sparkfleet maintainers (@sparkfleet)
+  - sparkfleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -90,7 +90,7 @@ requirements:
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
 author:
-  - sparkfleet maintainers (@sparkfleet)
+  - sparkfleet maintainers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -10,12 +10,14 @@ ansible-test bootstraps pip in those environments with a script it downloads fro
 ci-files.testing.ansible.com. Where that host cannot be reached (this project's build machines), its own
 error message says to save a bootstrap script at the cache path: the stand-in written here bootstraps the
 pip bundled with Python (``ensurepip``) and lets it install the packages ansible-test asked get-pip for, from
-the configured index. No library does this; it is the documented manual step, automated.
+the configured index (PyPI: ``--venv`` needs one), and is removed again after the run. No library does
+this; it is the documented manual step, automated.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,7 +25,24 @@ import tempfile
 import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PIP_VERSION = "24.2"  # what ansible-core 2.19's ansible-test bootstraps
+
+
+def _pip_version():
+    """The pip ansible-test bootstraps in its virtual environments (24.2 for ansible-core 2.19)."""
+    try:
+        import inspect
+
+        from ansible_test._internal import python_requirements
+
+        match = re.search(r"pip='([^']+)'", inspect.getsource(python_requirements.get_venv_packages))
+        if match:
+            return match.group(1)
+    except (ImportError, OSError, TypeError):
+        pass
+    return "24.2"
+
+
+PIP_VERSION = _pip_version()
 GET_PIP_URL = "https://ci-files.testing.ansible.com/ansible-test/get-pip-%s.py" % PIP_VERSION
 GET_PIP_CACHE = os.path.expanduser("~/.ansible/test/cache/get_pip_%s.py" % PIP_VERSION.replace(".", "_"))
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
@@ -43,8 +62,9 @@ sys.exit(main(["install"] + extra + [a for a in sys.argv[1:] if a not in ("--no-
 
 
 def ensure_get_pip():
+    """Make sure ansible-test finds its pip bootstrap script; True when the stand-in was written for this run."""
     if os.path.exists(GET_PIP_CACHE):
-        return
+        return False
     os.makedirs(os.path.dirname(GET_PIP_CACHE), exist_ok=True)
     try:
         with urllib.request.urlopen(GET_PIP_URL, timeout=15) as resp:  # noqa: S310 (a fixed https URL)
@@ -52,10 +72,11 @@ def ensure_get_pip():
     except OSError as exc:
         print("sanity: %s unreachable (%s); writing the pip bootstrap stand-in to %s"
               % (GET_PIP_URL, exc, GET_PIP_CACHE))
-        body = STAND_IN.encode()
+        body = None
     with open(GET_PIP_CACHE + ".download", "wb") as fh:
-        fh.write(body)
+        fh.write(body or STAND_IN.encode())
     os.replace(GET_PIP_CACHE + ".download", GET_PIP_CACHE)
+    return body is None
 
 
 def working_tree_files():
@@ -78,13 +99,17 @@ def copy_tree(dest):
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    ensure_get_pip()
+    stand_in = ensure_get_pip()
     ansible_test = os.path.join(os.path.dirname(sys.executable), "ansible-test")
-    with tempfile.TemporaryDirectory(prefix="sparkfleet-sanity-") as tmp:
-        dest = os.path.join(tmp, "ansible_collections", "sparkfleet", "vllm")
-        copy_tree(dest)
-        cmd = [ansible_test, "sanity", "--venv", "--python", "%d.%d" % sys.version_info[:2], "--color", "no"] + argv
-        return subprocess.run(cmd, cwd=dest, check=False).returncode
+    try:
+        with tempfile.TemporaryDirectory(prefix="sparkfleet-sanity-") as tmp:
+            dest = os.path.join(tmp, "ansible_collections", "sparkfleet", "vllm")
+            copy_tree(dest)
+            cmd = [ansible_test, "sanity", "--venv", "--python", "%d.%d" % sys.version_info[:2], "--color", "no"]
+            return subprocess.run(cmd + argv, cwd=dest, check=False).returncode
+    finally:
+        if stand_in:  # the user-wide cache keeps only what ansible-test itself downloaded
+            os.remove(GET_PIP_CACHE)
 
 
 if __name__ == "__main__":
