@@ -35,7 +35,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -110,10 +109,15 @@ def gpu_facts():
     return facts
 
 
-def installed_from_this_lock(site):
+def _wheels():
     sys.path.insert(0, HERE)
     import wheels
 
+    return wheels
+
+
+def installed_from_this_lock(site):
+    wheels = _wheels()
     stamp = os.path.join(site, wheels.LOCK_STAMP)
     if not os.path.exists(stamp):
         return False
@@ -143,8 +147,9 @@ def patch_tree(site, collections, recipe, out):
     """Copy site/vllm to STASH/patched/vllm and patch it the way the image build does; return the report."""
     sys.path.insert(0, collections)
     from ansible_collections.sparkfleet.vllm.plugins.module_utils import image_build, patches
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.patches.verdicts import verdicts as report
 
-    verdicts = patches.run(os.path.join(site, "vllm"), patches.select(list(patches.CATALOGUE)), write=False)
+    verdicts = report(site)["patches"]
     patched = os.path.join(STASH, "patched")
     shutil.rmtree(patched, ignore_errors=True)
     shutil.copytree(os.path.join(site, "vllm"), os.path.join(patched, "vllm"), symlinks=True)
@@ -181,7 +186,7 @@ def make_models(site, out, names):
         flags = MODELS[name]
         path = os.path.join(STASH, "models", name)
         stamp = os.path.join(path, "sparkfleet-generated.json")
-        recipe = {"flags": flags, "generator": _digest(os.path.join(HERE, "tiny_moe.py"))}
+        recipe = {"flags": flags, "generator": _wheels().sha256(os.path.join(HERE, "tiny_moe.py"))}
         if not (os.path.exists(stamp) and _read_json(stamp) == recipe):
             shutil.rmtree(path, ignore_errors=True)
             run = sh([sys.executable, os.path.join(HERE, "tiny_moe.py"), path] + flags,
@@ -202,13 +207,6 @@ def _read_json(path):
         return json.load(fh)
 
 
-def _digest(path):
-    import hashlib
-
-    with open(path, "rb") as fh:
-        return hashlib.sha256(fh.read()).hexdigest()
-
-
 def serve_args(recipe):
     args = list(recipe["serve_args"])
     if "--max-model-len" in args:
@@ -218,12 +216,24 @@ def serve_args(recipe):
     return args
 
 
-def health(port):
+def boot(proc, port, timeout):
+    """Wait for the server's /health with the collection's own waiter and HTTP client: (healthy, seconds,
+    what was last seen). A server process that exits stops the wait."""
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils import waiter
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils._http import request
+
+    def probe():
+        if proc.poll() is not None:
+            raise waiter.WaitAborted("vllm serve exited with %s" % proc.returncode)
+        return request("http://127.0.0.1:%d/health" % port, timeout=2)[0]
+
+    started = time.monotonic()
     try:
-        with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=2) as resp:  # noqa: S310
-            return resp.status == 200
-    except OSError:
-        return False
+        _, last, _ = waiter.wait_for("vllm serve", probe, lambda status: (status == 200, "HTTP %s" % status),
+                                     timeout, 1)
+        return True, round(time.monotonic() - started, 1), last
+    except (waiter.WaitTimeout, waiter.WaitAborted) as exc:
+        return False, round(time.monotonic() - started, 1), str(exc)
 
 
 def _signal_group(pgid, sig):
@@ -270,17 +280,13 @@ def serve_and_check(name, model, pythonpath, recipe, collections, site, out, por
            "--host", "127.0.0.1", "--port", str(port)] + args
     result = {"run": name, "model": model, "serve_args": args, "log": os.path.basename(logfile)}
     log("%s: vllm serve %s" % (name, " ".join(cmd[5:])))
-    started = time.monotonic()
     with open(logfile, "w") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        while time.monotonic() - started < boot_timeout and proc.poll() is None and not health(port):
-            time.sleep(1)
-        result["boot_s"] = round(time.monotonic() - started, 1)
-        result["healthy"] = health(port)
+        result["healthy"], result["boot_s"], last = boot(proc, port, boot_timeout)
         if not result["healthy"]:
             result["exit_code"] = proc.poll()
-            log("%s: not healthy after %.0f s (exit %s)" % (name, result["boot_s"], proc.poll()))
+            log("%s: not healthy after %.0f s: %s" % (name, result["boot_s"], last))
         else:
             log("%s: healthy after %.0f s" % (name, result["boot_s"]))
         result["vllm_check"] = vllm_check(recipe, args, port, logfile, collections, site, out, name)
@@ -390,6 +396,7 @@ def main(argv=None):
         log("install: %s %s" % (run.stdout.strip()[-500:], run.stderr.strip()[-1500:]))
         if run.returncode != 0:
             return 1
+    sys.path.append(site)  # ansible-core for the collection's waiter and HTTP client (the image's packages first)
     tracer = os.path.join(STASH, "tracer")
     os.makedirs(tracer, exist_ok=True)
     with open(os.path.join(tracer, "sitecustomize.py"), "w") as fh:

@@ -2,22 +2,12 @@
 with ``patch_module_args``, ``main()`` run, and the JSON that ``exit_json``/``fail_json`` print read back.
 Argument validation, check mode and the failure messages are the modules' own, not their helpers'."""
 
-import io
 import json
-from contextlib import redirect_stdout
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
+from module_runner import run
 
 from ansible_collections.sparkfleet.vllm.plugins.modules import ray_tuning, topology_plan, vllm_check
-
-
-def run(module, args, check_mode=False):
-    out = io.StringIO()
-    with patch_module_args(dict(args, _ansible_check_mode=check_mode)), redirect_stdout(out), \
-            pytest.raises(SystemExit) as exc:
-        module.main()
-    return exc.value.code, json.loads(out.getvalue())
 
 
 def hostvars(n):

@@ -11,15 +11,15 @@ what each was): a tiny compressed-tensors W4A16 MoE served with the Kimi-K2.5 re
 """
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from module_runner import run as run_module
 from vllm_fixture_tree import materialise
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import patches, vllm_logs
+from ansible_collections.sparkfleet.vllm.plugins.modules import vllm_check
 
 REPO = Path(__file__).resolve().parents[2]
 REAL = Path(__file__).resolve().parent / "fixtures" / "vllm_real"
@@ -123,29 +123,21 @@ def test_the_stand_ins_emulated_lines_are_the_real_ones(run, patched, tmp_path):
     assert set(lines) <= messages(log(run))
 
 
-def _module(args, tmp_path):
-    path = tmp_path / "args.json"
-    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    out = subprocess.run([sys.executable, "-m", "ansible_collections.sparkfleet.vllm.plugins.modules.vllm_check",
-                          str(path)], capture_output=True, text=True, check=False,
-                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)))
-    return json.loads(out.stdout)
-
-
 @pytest.mark.parametrize("run, mismatch", [("unpatched", True), ("patched", False)])
 def test_vllm_check_reads_a_log_file(run, mismatch, tmp_path):
     """log_file: the startup log of a server run outside a container, read like a container's log, and in
     place of the container the verify role always names."""
-    result = _module({"url": "http://127.0.0.1:9", "served_model_name": "kimi-k2.5", "probes": [{"prompt": "x"}],
-                      "container_name": "sparkfleet-vllm",
-                      "log_file": str(REAL / "first" / ("vllm-0.21.0-%s-h200.log" % run)), "moe_backend": "triton",
-                      "quantization": "compressed-tensors", "vllm_version": "0.21.0", "timeout": 2}, tmp_path)
-    assert result["failed"]  # nothing listens on port 9
+    rc, result = run_module(vllm_check, {
+        "url": "http://127.0.0.1:9", "served_model_name": "kimi-k2.5", "probes": [{"prompt": "x"}],
+        "container_name": "sparkfleet-vllm", "log_file": str(REAL / "first" / ("vllm-0.21.0-%s-h200.log" % run)),
+        "moe_backend": "triton", "quantization": "compressed-tensors", "vllm_version": "0.21.0", "timeout": 2})
+    assert rc == 1 and result["failed"]  # nothing listens on port 9
     assert ("resolved MARLIN" in result["msg"]) is mismatch
     assert result["boot"]["moe_backend"] == ("marlin" if mismatch else "triton")
 
 
 def test_vllm_check_names_an_unreadable_log_file(tmp_path):
-    result = _module({"url": "http://127.0.0.1:9", "served_model_name": "m", "probes": [{"prompt": "x"}],
-                      "log_file": str(tmp_path / "absent.log"), "timeout": 2}, tmp_path)
-    assert "cannot read the startup log %s" % (tmp_path / "absent.log") in result["msg"]
+    rc, result = run_module(vllm_check, {"url": "http://127.0.0.1:9", "served_model_name": "m",
+                                         "probes": [{"prompt": "x"}], "log_file": str(tmp_path / "absent.log"),
+                                         "timeout": 2})
+    assert rc == 1 and "cannot read the startup log %s" % (tmp_path / "absent.log") in result["msg"]
