@@ -229,8 +229,8 @@ def boot(proc, port, timeout):
 
     started = time.monotonic()
     try:
-        _, last, _ = waiter.wait_for("vllm serve", probe, lambda status: (status == 200, "HTTP %s" % status),
-                                     timeout, 1)
+        last = waiter.wait_for("vllm serve", probe, lambda status: (status == 200, "HTTP %s" % status),
+                               timeout, 1)[1]
         return True, round(time.monotonic() - started, 1), last
     except (waiter.WaitTimeout, waiter.WaitAborted) as exc:
         return False, round(time.monotonic() - started, 1), str(exc)
