@@ -8,6 +8,7 @@ label, changes, which is what makes a second run report changed=false. Every fai
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 
@@ -183,3 +184,50 @@ def logs(container, tail=None):
     if tail:
         kwargs["tail"] = tail
     return container.logs(**kwargs).decode(errors="replace")
+
+
+def _stamp_ns(stamp):
+    """Docker's RFC 3339 log timestamp (nanoseconds, trailing zeros trimmed, always UTC) as integer ns."""
+    whole, _dot, frac = stamp.rstrip("Z").partition(".")
+    seconds = datetime.datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.timezone.utc)
+    return int(seconds.timestamp()) * 10**9 + int((frac + "000000000")[:9])
+
+
+def started_at(container):
+    """The container's start time, seconds since the epoch."""
+    return _stamp_ns(container.attrs["State"]["StartedAt"]) / 1e9
+
+
+def logs_after(container, cursor):
+    """The log lines written after ``cursor`` and the cursor that follows them.
+
+    ``cursor`` is plain data (``None`` at first): the last line's timestamp and how many lines carried it.
+    Docker's ``since`` counts whole seconds, so at most a second of lines is fetched again, and dropped here
+    by timestamp; no line is returned twice and none is skipped, however long the log grows.
+    """
+    cursor = cursor or {"ns": 0, "same": 0}
+    kwargs = {"stdout": True, "stderr": True, "timestamps": True}
+    if cursor["ns"]:
+        kwargs["since"] = cursor["ns"] // 10**9
+    raw = container.logs(**kwargs).decode(errors="replace")
+    out, last, same = [], cursor["ns"], cursor["same"]
+    seen_at_last = 0
+    for line in raw.splitlines(keepends=True):
+        stamp, _sp, text = line.partition(" ")
+        try:
+            ns = _stamp_ns(stamp)
+        except ValueError:  # a line without its stamp: a continuation Docker did not split
+            out.append(line)
+            continue
+        if ns < cursor["ns"]:
+            continue
+        if ns == cursor["ns"]:
+            seen_at_last += 1
+            if seen_at_last <= cursor["same"]:
+                continue
+        if ns == last:
+            same += 1
+        else:
+            last, same = ns, 1
+        out.append(text)
+    return "".join(out), {"ns": last, "same": same}

@@ -146,9 +146,16 @@ PATTERNS = {
     "pg_waiting": re.compile(r"Waiting for creating a placement group of specs for (\d+) seconds"),
     "worker_died": re.compile(r"RayWorkerProc rank=(\d+) died unexpectedly"),
     "engine_failed": re.compile(r"Engine core initialization failed|EngineCore failed to start(.*)"),
+    "ray_placement": re.compile(r"No current placement group found|Using the existing placement group|"
+                                r"Waiting for creating a placement group"),
+    "load_started": re.compile(r"Starting to load model "),
+    "shards": re.compile(r"Loading safetensors checkpoint shards:\s*\d+% Completed \| (\d+)/(\d+)"),
+    "graph_capture": re.compile(r"Capturing CUDA graphs|Graph capturing finished"),
 }
 
 PHASES = ("weights_loaded", "model_loaded", "engine_ready", "app_started")
+# Phases of the boot's progress report (stage()); they do not count as the boot's finished steps.
+PROGRESS = ("ray_placement", "load_started", "graph_capture")
 
 # The releases whose logger calls were read (tests/tools/vllm_fixtures.py RELEASES).
 RELEASES = (
@@ -322,9 +329,39 @@ def parse(text):
     Kernel facts (FACTS) hold the winning value as logged (moe_backend lower-cased), None when no line
     states it; "<fact>s" lists every distinct value of the winning rank (e.g. attention_backends).
     """
-    facts = {"phases": [], "errors": [], "moe_backend": None}
-    hits = {}
-    for order, line in enumerate(text.splitlines()):
+    return LogReader().feed(text, final=True).facts()
+
+
+class LogReader:
+    """The same reading, fed piece by piece: a boot follower hands it only the lines it has not seen.
+
+    Its whole state is plain data (``state()`` / ``LogReader(state)``), so a follower that polls from
+    separate processes keeps it between polls instead of reading the log again from the start.
+    """
+
+    def __init__(self, state=None):
+        state = state or {}
+        self.raw = state.get("raw") or {"phases": [], "errors": [], "moe_backend": None}
+        self.hits = state.get("hits") or {}
+        self.order = state.get("order", 0)
+        self.partial = state.get("partial", "")
+
+    def state(self):
+        return {"raw": self.raw, "hits": self.hits, "order": self.order, "partial": self.partial}
+
+    def feed(self, text, final=False):
+        """Read the complete lines of ``text`` (a trailing partial line waits for the rest, unless final)."""
+        lines = (self.partial + text).splitlines(keepends=True)
+        self.partial = ""
+        if lines and not final and not lines[-1].endswith(("\n", "\r")):
+            self.partial = lines.pop()
+        for line in lines:
+            self._line(line)
+        return self
+
+    def _line(self, line):
+        facts, order = self.raw, self.order
+        self.order += 1
         body = message(line)
         for key, rx in PATTERNS.items():
             m = rx.search(body)
@@ -346,7 +383,9 @@ def parse(text):
                 facts["errors"].append("Ray worker rank %s died" % m.group(1))
             elif key == "engine_failed":
                 facts["errors"].append(body.strip())
-            if key in PHASES and key not in facts["phases"]:
+            elif key == "shards":
+                facts["shards_loaded"], facts["shards_total"] = int(m.group(1)), int(m.group(2))
+            if key in PHASES + PROGRESS and key not in facts["phases"]:
                 facts["phases"].append(key)
         engine = _ENGINE.match(body)
         if engine and "vllm_version" not in facts:
@@ -355,23 +394,54 @@ def parse(text):
             m = rx.search(body)
             value = read(m) if m else None
             if value:
-                hits.setdefault(fact, []).append((rank, order, value))
-    # From 0.27 the WNA16 method no longer is the kernel: it asks the oracle, which may bind Marlin. Its name
-    # says nothing about the backend there, so it never stands in for the oracle's line.
-    if _release_tuple(facts.get("vllm_version")) >= (0, 27):
-        hits["moe_backend"] = [h for h in hits.get("moe_backend", ()) if not (h[0] == 2 and h[2] == "triton")]
-    for fact in FACTS:
-        best = min((h[0] for h in hits.get(fact, ())), default=None)
-        values = []
-        for rank, _order, value in sorted(hits.get(fact, ()), key=lambda h: h[1]):
-            if rank == best and value not in values:
-                values.append(value)
-        facts[fact] = values[0] if values else None
-        facts[fact + "s"] = values
-    if facts["quantization"] == "None":
-        facts["quantization"] = "none"
-        facts["quantizations"] = ["none"]
-    return facts
+                self.hits.setdefault(fact, []).append([rank, order, value])
+
+    def facts(self):
+        """The facts of every line read so far (parse()'s result)."""
+        facts = dict(self.raw, phases=list(self.raw["phases"]), errors=list(self.raw["errors"]))
+        hits = dict(self.hits)
+        # From 0.27 the WNA16 method no longer is the kernel: it asks the oracle, which may bind Marlin. Its
+        # name says nothing about the backend there, so it never stands in for the oracle's line.
+        if _release_tuple(facts.get("vllm_version")) >= (0, 27):
+            hits["moe_backend"] = [h for h in hits.get("moe_backend", ()) if not (h[0] == 2 and h[2] == "triton")]
+        for fact in FACTS:
+            best = min((h[0] for h in hits.get(fact, ())), default=None)
+            values = []
+            for rank, _order, value in sorted(hits.get(fact, ()), key=lambda h: h[1]):
+                if rank == best and value not in values:
+                    values.append(value)
+            facts[fact] = values[0] if values else None
+            facts[fact + "s"] = values
+        if facts["quantization"] == "None":
+            facts["quantization"] = "none"
+            facts["quantizations"] = ["none"]
+        facts["stage"] = stage(facts)
+        return facts
+
+
+def stage(facts):
+    """Where a boot stands, in the words the play reports while it waits (the latest phase reached)."""
+    phases = facts["phases"]
+    if "app_started" in phases:
+        return "serving"
+    if "engine_ready" in phases:
+        return "engine ready, API server starting"
+    if "graph_capture" in phases:
+        return "graph capture"
+    if "model_loaded" in phases:
+        return "profiling, KV cache and graph capture"
+    if "weights_loaded" in phases:
+        return "weights loaded"
+    if "shards_total" in facts:
+        return "weights loading, %d of %d shards" % (facts["shards_loaded"], facts["shards_total"])
+    if "load_started" in phases:
+        return "weights loading"
+    if "ray_placement" in phases:
+        waited = facts.get("pg_waiting_s")
+        return "Ray placement" + (" (waiting %d s for the GPU bundles)" % waited if waited else "")
+    if "vllm_version" in facts:
+        return "engine starting (vLLM %s)" % facts["vllm_version"]
+    return "container started"
 
 
 # ------------------------------------------------------------------------------------------ verdicts

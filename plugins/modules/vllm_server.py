@@ -6,17 +6,17 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: vllm_server
-short_description: Run vllm serve over the Ray cluster on the head, and follow its boot to the end
+short_description: Start vllm serve over the Ray cluster on the head
 version_added: 0.1.0
 description:
   - Starts C(vllm serve) with C(--distributed-executor-backend ray) in a container on the Ray head (host
     network, the head's C(/tmp/ray) shared so vLLM joins the running cluster).
-  - Follows the startup log until uvicorn's C(Application startup complete.). Fails at once, with the
-    phase reached and the last log lines, when the container exits or the engine reports a failure.
+  - Returns once the container runs; M(sparkfleet.vllm.vllm_boot) then follows the boot, one short poll at
+    a time, so that the play reports the boot's progress.
   - The API key reaches vLLM as C(VLLM_API_KEY) in its environment, never on the command line.
   - The container asks Docker for the head's GPU (C(--gpus all)); vLLM finds its CUDA device through it.
-  - A memory watchdog stops the boot before the head runs out of unified memory (O(min_free_memory_mib)).
-  - An unchanged, running server that finished booting is left alone (C(changed=false)).
+  - An unchanged, running server whose log reports no failure is left alone (C(changed=false)), whether it
+    serves already or is still booting.
 options:
   image:
     description: The vLLM+Ray image (by tag). Required when O(state=present).
@@ -70,22 +70,6 @@ options:
     description: Name of the serve container.
     type: str
     default: sparkfleet-vllm
-  startup_timeout:
-    description: Seconds the boot may take.
-    type: int
-    default: 7200
-  min_free_memory_mib:
-    description:
-      - Head memory watchdog. While the server boots, the head's free memory (MemAvailable, bounded by any
-        cgroup limit) is read at every poll. When it stays below this many MiB for O(memory_grace) seconds,
-        the serve container is stopped and the run fails naming the head and the figures, before the head
-        thrashes (a starved Spark head stretches a 30 min boot to 2 h). C(0) turns the watchdog off.
-    type: int
-    default: 2048
-  memory_grace:
-    description: Seconds free memory may stay below O(min_free_memory_mib) before the watchdog stops the boot.
-    type: int
-    default: 15
   state:
     description: C(present) serves; C(absent) removes the container.
     type: str
@@ -120,10 +104,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-boot:
-  description: Facts read from the startup log (phases reached, load seconds, KV cache, MoE backend).
+container_id:
+  description: The serve container's ID.
   returned: state is present and not in check mode
-  type: dict
+  type: str
 argv:
   description: The vllm serve command line (holds no secret).
   returned: state is present
@@ -132,38 +116,11 @@ argv:
 """
 
 import hashlib
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, memory, vllm_logs
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, vllm_logs
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.serve_plan import serve_argv
-from ansible_collections.sparkfleet.vllm.plugins.module_utils.waiter import WaitAborted, WaitTimeout, wait_for
-
-
-def follow(container, timeout, watchdog):
-    def probe():
-        container.reload()
-        return {"status": container.status, "facts": vllm_logs.parse(_docker.logs(container)),
-                "free": memory.read()["available_bytes"], "now": time.monotonic()}
-
-    def predicate(obs):
-        facts = obs["facts"]
-        if facts["errors"]:
-            raise WaitAborted("vLLM reported: %s" % "; ".join(facts["errors"]))
-        if obs["status"] != "running":
-            raise WaitAborted("the serve container is %s" % obs["status"])
-        done = "app_started" in facts["phases"]
-        low = None if done else watchdog.observe(obs["free"], obs["now"])
-        if low:
-            container.stop(timeout=10)
-            raise WaitAborted(
-                "memory watchdog: %s while %s; the boot was stopped before the head thrashes. Free memory on "
-                "the head (stop other processes, drop caches), or lower --gpu-memory-utilization / "
-                "--max-model-len in the recipe" % (low, ", ".join(facts["phases"]) or "starting"))
-        return done, "phases reached: %s" % (", ".join(facts["phases"]) or "none yet")
-
-    return wait_for("vllm serve", probe, predicate, timeout, 3)
 
 
 def main():
@@ -183,9 +140,6 @@ def main():
             ray_address=dict(type="str"),
             ray_tmp_volume=dict(type="str", default="sparkfleet-ray-tmp"),
             container_name=dict(type="str", default="sparkfleet-vllm"),
-            startup_timeout=dict(type="int", default=7200),
-            min_free_memory_mib=dict(type="int", default=2048),
-            memory_grace=dict(type="int", default=15),
             state=dict(type="str", choices=["present", "absent"], default="present"),
         ),
         required_if=[("state", "present", ["image", "model_path", "served_model_name", "tensor_parallel_size",
@@ -220,26 +174,16 @@ def main():
         digest = _docker.spec_digest(dict(spec, api_key_sha256=key_hash))
         existing = _docker.current(cli, name)
         state = _docker.container_state(existing)
-        if not _docker.needs_change(state, digest):
-            facts = vllm_logs.parse(_docker.logs(existing))
-            if "app_started" in facts["phases"] and not facts["errors"]:
-                module.exit_json(changed=False, boot=facts, argv=argv)
+        # A server that is still booting is left to boot; one whose log reports a failure is started anew.
+        if not _docker.needs_change(state, digest) and not vllm_logs.parse(_docker.logs(existing))["errors"]:
+            module.exit_json(changed=False, container_id=existing.id, argv=argv)
         if module.check_mode:
             module.exit_json(changed=True, argv=argv)
         run_spec = dict(spec, environment=dict(env, VLLM_API_KEY=p["api_key"]) if p["api_key"] else env)
         container = _docker.replace(cli, name, run_spec, "vllm-serve", digest=digest)
-        try:
-            watchdog = memory.Watchdog(p["min_free_memory_mib"] * 2**20, p["memory_grace"])
-            _unused, _unused, waited = follow(container, p["startup_timeout"], watchdog)
-        except (WaitAborted, WaitTimeout) as exc:
-            tail = _docker.logs(container, tail=40)
-            module.fail_json(msg="vllm serve on %s failed to boot: %s\n--- last log lines ---\n%s"
-                                 % (p["host"], exc, tail), argv=argv, boot=vllm_logs.parse(_docker.logs(container)))
-        facts = vllm_logs.parse(_docker.logs(container))
-        facts["boot_s"] = round(waited, 1)
     except _docker.DockerFailure as exc:
         module.fail_json(msg="vllm_server: %s" % exc)
-    module.exit_json(changed=True, boot=facts, argv=argv)
+    module.exit_json(changed=True, container_id=container.id, argv=argv)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ ENV = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_FORCE_C
 # Deploys run the way the README tells users to: from the site directory, with its ansible.cfg.
 SITE = REPO / "site"
 SITE_ENV = dict(ENV, ANSIBLE_CONFIG=str(SITE / "ansible.cfg"))
+REPORTS = REPO / "tests" / "output" / "reports"
+ENV["SPARKFLEET_REPORT_DIR"] = SITE_ENV["SPARKFLEET_REPORT_DIR"] = str(REPORTS)
 HEAD = "sparkfleet-sim-node-0"
 
 
@@ -31,6 +33,13 @@ def deploy(extra=None, playbook="deploy_mimo.yml", env=None):
         argv += ["-e", json.dumps(extra)]
     res = sh(argv, env=env or SITE_ENV, cwd=SITE)
     return res.returncode, res.stdout + res.stderr
+
+
+def run_report(out):
+    """The JSON report the sparkfleet.vllm.report callback wrote for the run whose output this is."""
+    paths = [line.split(": ", 1)[1].strip() for line in out.splitlines() if line.startswith("sparkfleet report: ")]
+    assert len(paths) == 1, out[-3000:]
+    return json.loads(Path(paths[0]).read_text())
 
 
 def node_exec(node, *argv):

@@ -7,7 +7,7 @@ import json
 import secrets
 
 import pytest
-from conftest import HEAD, deploy, node_exec
+from conftest import HEAD, deploy, node_exec, run_report
 
 pytestmark = pytest.mark.usefixtures("sim_cluster")
 
@@ -47,12 +47,47 @@ def test_crash_during_load_fails_at_serve_with_the_log():
     assert rc != 0
     assert "failed to boot" in out
     assert "RayWorkerProc rank=3 died unexpectedly" in out
+    # A failed run writes its report too, naming the node, the step and the cause.
+    report = run_report(out)
+    assert report["ok"] is False and report["playbook"] == "deploy_mimo.yml"
+    failure = report["failures"][0]
+    assert failure["host"] == "sim-spark-00" and "Follow the boot" in failure["task"]
+    assert "Ray worker rank 3 died" in failure["msg"]
+    assert report["endpoints"]["sim-spark-00"]["stage"].startswith("weights loading")
+    assert "SPARKFLEET RUN deploy_mimo.yml: FAILED" in out
 
 
 def test_repair_restores_a_coherent_endpoint():
     rc, out = deploy()
     assert rc == 0, out[-4000:]
     assert "Paris" in out
+    report = run_report(out)
+    assert report["ok"] is True and report["failures"] == []
+    nodes = report["nodes"]
+    assert sorted(nodes) == ["sim-spark-0%d" % i for i in range(4)]
+    images = {n["image_id"] for n in nodes.values()}
+    revisions = {n["weights_revision"] for n in nodes.values()}
+    assert len(images) == 1 and images.pop().startswith("sha256:") and len(revisions) == 1
+    assert nodes["sim-spark-00"]["ray"] == "head; cluster 4 nodes alive, 0 dead, 4 GPUs"
+    endpoint = report["endpoints"]["sim-spark-00"]
+    assert endpoint["verdict"] == "coherent" and endpoint["url"].endswith(":5001")
+    assert endpoint["backends"]["moe_backend"] == "marlin" and endpoint["stage"] == "serving"
+
+
+def test_a_slow_boot_reports_its_phases_as_it_goes():
+    """A boot whose weights load slowly is followed poll by poll: the play prints each stage it reaches,
+    shard by shard, instead of one silent task (the stand-in spends slow_load seconds over its 4 shards)."""
+    rc, out = deploy(fault("slow_load=40"))
+    assert rc == 0, out[-4000:]
+    progress = [line.strip() for line in out.splitlines() if line.startswith("  172.29.0.10: ")]
+    stages = [line.split(": ", 1)[1].rsplit(" (", 1)[0] for line in progress]
+    assert stages[0].startswith("engine starting (vLLM 0.34.0")
+    assert "Ray placement" in stages
+    shards = [s for s in stages if s.startswith("weights loading, ")]
+    assert len(shards) >= 2 and shards == sorted(set(shards)), stages
+    # The boot is reported as it goes, not once at its end: seconds since the start rise poll by poll.
+    seconds = [int(line.rsplit(" (", 1)[1].rstrip(" s)")) for line in progress]
+    assert seconds == sorted(seconds) and seconds[-1] >= 20
 
 
 def test_corrupt_shard_on_a_worker_is_found_and_repaired():

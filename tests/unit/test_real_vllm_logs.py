@@ -53,7 +53,8 @@ def test_every_log_is_marked_with_its_release_and_gpu():
 def test_parser_reads_the_real_lines(run, backend):
     facts = vllm_logs.parse(log(run))
     assert facts["vllm_version"] == "0.21.0"
-    assert facts["phases"] == ["weights_loaded", "model_loaded", "engine_ready", "app_started"]
+    assert facts["phases"] == ["load_started", "weights_loaded", "model_loaded", "engine_ready", "app_started"]
+    assert (facts["shards_loaded"], facts["shards_total"]) == (1, 1) and facts["stage"] == "serving"
     assert facts["errors"] == [] and facts["kv_cache_gib"] > 100
     assert facts["moe_backend"] == backend
     assert facts["quantization"] == "compressed-tensors"
@@ -141,3 +142,21 @@ def test_vllm_check_names_an_unreadable_log_file(tmp_path):
                                          "probes": [{"prompt": "x"}], "log_file": str(tmp_path / "absent.log"),
                                          "timeout": 2})
     assert rc == 1 and "cannot read the startup log %s" % (tmp_path / "absent.log") in result["msg"]
+
+
+@pytest.mark.parametrize("run", ["unpatched", "patched", "random", "fp8"])
+def test_the_reader_fed_in_pieces_reads_what_parse_reads(run):
+    """The boot follower feeds the log as it arrives, cut anywhere (mid-line too), keeping its state as
+    plain data between polls; it must end with exactly the facts of one whole read."""
+    text = log(run)
+    state, stages = None, []
+    for start in range(0, len(text), 997):
+        reader = vllm_logs.LogReader(json.loads(json.dumps(state)) if state else None)
+        reader.feed(text[start:start + 997])
+        state = reader.state()
+        stage = reader.facts()["stage"]
+        if not stages or stages[-1] != stage:
+            stages.append(stage)
+    assert vllm_logs.LogReader(state).feed("", final=True).facts() == vllm_logs.parse(text)
+    assert stages[-1] == "serving" and any(s.startswith("engine starting (vLLM 0.21.0") for s in stages)
+    assert "profiling, KV cache and graph capture" in stages, stages

@@ -499,6 +499,7 @@ def test_phases_and_figures_of_a_boot(release):
     facts = parse(boot(release))
     assert facts["vllm_version"] == release
     assert facts["phases"] == ["weights_loaded", "model_loaded", "engine_ready", "app_started"]
+    assert facts["stage"] == "serving"
     assert facts["weights_loaded_s"] == 512.33
     assert facts["model_gib"] == 35.1 and facts["model_loaded_s"] == 530.25
     assert facts["kv_cache_gib"] == 52.10 and facts["kv_cache_tokens"] == 1234567

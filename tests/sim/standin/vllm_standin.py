@@ -34,7 +34,7 @@ through the serve container's environment:
   script_soup      completions are a soup of scripts ("あるい ייך ...")
   wrong_backend    the MoE backend in the logs (and in use) is another than the release would bind
   crash_on_load    the last rank dies while loading weights
-  slow_load=S      every rank sleeps S seconds before loading
+  slow_load=S      every rank spends S seconds more loading its shards, S/n before each of n shards
 """
 
 from __future__ import annotations
@@ -1892,14 +1892,15 @@ def load_shards(model_dir: str, files: list[str], rank: int, world: int, fault: 
     """What one rank does on its own node: open and read every shard (vLLM's default loader)."""
     from safetensors import safe_open  # imported here: this runs inside the Ray worker process
 
-    if "slow_load" in fault:
-        time.sleep(float(fault["slow_load"] or 30))
     if "crash_on_load" in fault and rank == world - 1:
         os._exit(1)  # the worker process dies, as a CUDA fault or the OOM killer would
     start = time.monotonic()
     h = hashlib.sha256()
     nbytes = 0
-    for name in files:
+    slow = float(fault["slow_load"] or 30) if "slow_load" in fault else 0.0
+    for done, name in enumerate(files, 1):
+        if slow:  # a slow disk: the time is spent shard by shard, as vLLM's loader spends it
+            time.sleep(slow / len(files))
         path = Path(model_dir) / name
         with safe_open(str(path), framework="numpy") as f:  # validates header framing and buffer length
             n_tensors = len(list(f.keys()))
@@ -1909,6 +1910,10 @@ def load_shards(model_dir: str, files: list[str], rank: int, world: int, fault: 
                 nbytes += len(chunk)
         if n_tensors == 0:
             raise RuntimeError(f"{path}: no tensors")
+        if rank == 0:  # vLLM's tqdm bar, printed by rank 0 and forwarded by Ray with the worker's prefix
+            took = time.monotonic() - start
+            print(f"Loading safetensors checkpoint shards: {100 * done // len(files):3d}% Completed | "
+                  f"{done}/{len(files)} [00:{int(took):02d}<00:00]", file=sys.stderr, flush=True)
     return {"rank": rank, "bytes": nbytes, "sha256": h.hexdigest(), "seconds": time.monotonic() - start}
 
 

@@ -1,0 +1,170 @@
+# Copyright: sparkfleet maintainers. MIT License (see LICENSE).
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: report
+type: notification
+short_description: Report a sparkfleet.vllm run while it goes and when it ends
+version_added: 0.2.0
+description:
+  - While a task of the collection polls (a vLLM boot being followed), prints each poll's C(progress) line,
+    so that a long step is never silent.
+  - Prints the bytes, time and rate of every image and weights transfer when it ends.
+  - When the run ends, successful or not, prints one table row per node (image ID, weights revision, Ray
+    state) and per endpoint (address, resolved backends, verdict), with the task that failed if one did. It
+    writes the same as JSON and prints the file's path.
+  - Enable it in C(ansible.cfg) with C(callbacks_enabled = sparkfleet.vllm.report) (the shipped site
+    configuration does).
+options:
+  report_dir:
+    description: Directory where each run's JSON report is written (relative to the working directory).
+    type: path
+    default: sparkfleet-reports
+    env:
+      - name: SPARKFLEET_REPORT_DIR
+    ini:
+      - section: sparkfleet
+        key: report_dir
+author:
+  - sparkfleet maintainers (!UNKNOWN)
+"""
+
+import datetime
+import json
+import os
+
+from ansible.plugins.callback import CallbackBase
+
+# The collection's modules whose results the report reads.
+_NS = "sparkfleet.vllm."
+
+
+def _action(task):
+    name = getattr(task, "resolved_action", None) or task.action or ""
+    return name[len(_NS):] if name.startswith(_NS) else None
+
+
+def _rate(transfer):
+    size, secs = transfer.get("bytes") or 0, transfer.get("seconds") or 0
+    return {"bytes": size, "seconds": round(secs, 1), "mib_per_s": round(size / 2**20 / secs, 1) if secs else None}
+
+
+def _backends(kernels):
+    return {k["fact"]: k.get("found") for k in kernels or () if k.get("found")}
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "notification"
+    CALLBACK_NAME = "sparkfleet.vllm.report"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self):
+        super().__init__()
+        self.started = datetime.datetime.now(datetime.timezone.utc)
+        self.playbook = None
+        self.nodes, self.endpoints, self.transfers, self.failures = {}, {}, [], []
+
+    # -------------------------------------------------------------------------------- while it goes
+    def v2_playbook_on_start(self, playbook):
+        self.playbook = os.path.basename(playbook._file_name)
+
+    def v2_runner_retry(self, result):
+        line = result._result.get("progress")
+        if line and _action(result._task):
+            self._display.display("  %s" % line)
+
+    def v2_runner_on_ok(self, result):
+        self._read(result, failed=False)
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        self._read(result, failed=not ignore_errors)
+
+    def v2_runner_on_unreachable(self, result):
+        self._failure(result, "unreachable: %s" % result._result.get("msg", ""))
+
+    def v2_runner_item_on_ok(self, result):
+        self._read(result, failed=False)
+
+    def _failure(self, result, msg):
+        self.failures.append({"host": result._host.get_name(), "task": result._task.get_name(),
+                              "msg": str(msg).splitlines()[0][:500] if msg else ""})
+
+    def _node(self, host):
+        return self.nodes.setdefault(host, {"image_id": None, "weights_revision": None, "weights_digest": None,
+                                            "ray": None})
+
+    def _read(self, result, failed):
+        host, res, action = result._host.get_name(), result._result, _action(result._task)
+        if failed:
+            self._failure(result, res.get("msg", ""))
+        if action is None or res.get("skipped"):
+            return
+        node = self._node(host) if action in ("vllm_image", "image_sync", "weights_verify", "ray_node",
+                                              "ray_gate") else {}
+        if action == "vllm_image" and res.get("image_id"):
+            node["image_id"] = res["image_id"]
+        elif action == "image_sync" and res.get("local_id"):
+            node["image_id"] = res["local_id"]
+        elif action == "weights_verify" and res.get("snapshot_path"):
+            node["weights_revision"] = os.path.basename(res["snapshot_path"].rstrip("/"))
+            node["weights_digest"] = res.get("digest")
+        elif action == "ray_node" and "attempts" in res:
+            node["ray"] = "failed" if failed else "running"
+        elif action == "ray_gate" and res.get("summary"):
+            summary = res["summary"]
+            node["ray"] = "head; cluster %s nodes alive, %s dead, %s GPUs" % (
+                summary.get("alive"), summary.get("dead"), summary.get("gpus"))
+        elif action == "vllm_boot":
+            endpoint = self.endpoints.setdefault(host, {})
+            endpoint.update(stage=res.get("stage"), boot_s=(res.get("boot") or {}).get("boot_s"))
+        elif action == "vllm_check":
+            endpoint = self.endpoints.setdefault(host, {})
+            endpoint.update(url=res.get("invocation", {}).get("module_args", {}).get("url"),
+                            backends=_backends(res.get("kernels")), verdict="failed" if failed else "coherent",
+                            reason=str(res.get("msg", "")).splitlines()[0][:300] if failed else None)
+        transfer = res.get("transfer")
+        if action in ("image_sync", "weights_distribute") and isinstance(transfer, dict) and transfer.get("bytes"):
+            entry = dict(_rate(transfer), host=host, what="image" if action == "image_sync" else "weights")
+            self.transfers.append(entry)
+            self._display.display("  %s sent the %s down the chain: %.2f GiB in %.1f s, %s MiB/s" % (
+                host, entry["what"], entry["bytes"] / 2**30, entry["seconds"], entry["mib_per_s"]))
+
+    # -------------------------------------------------------------------------------- when it ends
+    def v2_playbook_on_stats(self, stats):
+        failed = bool(self.failures) or any(stats.summarize(h)["failures"] or stats.summarize(h)["unreachable"]
+                                            for h in stats.processed)
+        report = {"playbook": self.playbook, "started": self.started.isoformat(timespec="seconds"),
+                  "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  "ok": not failed, "failures": self.failures, "nodes": self.nodes, "endpoints": self.endpoints,
+                  "transfers": self.transfers}
+        self._table(report)
+        directory = self.get_option("report_dir")
+        try:
+            os.makedirs(directory, exist_ok=True)
+            path = os.path.abspath(os.path.join(directory, "report-%s.json"
+                                                % self.started.strftime("%Y%m%dT%H%M%SZ")))
+            with open(path, "w") as fh:
+                json.dump(report, fh, indent=2, sort_keys=True)
+            self._display.display("sparkfleet report: %s" % path)
+        except OSError as exc:
+            self._display.warning("sparkfleet report: could not write it to %s: %s" % (directory, exc))
+
+    def _table(self, report):
+        show = self._display.display
+        show("")
+        show("SPARKFLEET RUN %s: %s" % (report["playbook"], "ok" if report["ok"] else "FAILED"))
+        if report["nodes"]:
+            show("%-18s %-14s %-14s %s" % ("node", "image", "weights", "ray"))
+            for host in sorted(report["nodes"]):
+                n = report["nodes"][host]
+                show("%-18s %-14s %-14s %s" % (host, (n["image_id"] or "-").replace("sha256:", "")[:12],
+                                               (n["weights_revision"] or "-")[:12], n["ray"] or "-"))
+        for host, e in sorted(report["endpoints"].items()):
+            backends = ", ".join("%s=%s" % kv for kv in sorted((e.get("backends") or {}).items())) or "-"
+            show("endpoint %s: %s; boot %s s (%s); backends %s; verdict %s%s" % (
+                host, e.get("url") or "-", e.get("boot_s") or "-", e.get("stage") or "-", backends,
+                e.get("verdict") or "not checked", ": %s" % e["reason"] if e.get("reason") else ""))
+        for f in report["failures"]:
+            show("failed: %s, task %r: %s" % (f["host"], f["task"], f["msg"]))

@@ -1,0 +1,121 @@
+"""The boot follower reads each log line once, however the log grows and however often it is polled."""
+
+import datetime
+import json
+import time
+
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, memory, vllm_logs
+from ansible_collections.sparkfleet.vllm.plugins.modules import vllm_boot
+
+EPOCH = datetime.datetime(2026, 12, 3, 18, 0, 0, tzinfo=datetime.timezone.utc)
+
+
+def stamp(ns):
+    """Docker's form: RFC 3339 with nanoseconds, trailing zeros trimmed."""
+    whole = (EPOCH + datetime.timedelta(seconds=ns // 10**9)).strftime("%Y-%m-%dT%H:%M:%S")
+    frac = ("%09d" % (ns % 10**9)).rstrip("0")
+    return whole + ("." + frac if frac else "") + "Z"
+
+
+class DockerLog:
+    """A container's log as the engine serves it: ``since`` in whole seconds, inclusive; every read counted."""
+
+    def __init__(self):
+        self.lines, self.served = [], 0
+        self.id, self.status = "c0ffee", "running"
+        self.attrs = {"State": {"StartedAt": stamp(0)}}
+
+    def write(self, ns, text):
+        self.lines.append((ns, text))
+
+    def reload(self):
+        pass
+
+    def logs(self, stdout, stderr, timestamps, since=None):
+        assert stdout and stderr and timestamps
+        first = (since - EPOCH.timestamp()) * 10**9 if since else 0
+        out = ["%s %s\n" % (stamp(ns), text) for ns, text in self.lines if ns >= first]
+        self.served += len(out)
+        return "".join(out).encode()
+
+
+def test_every_line_once_across_polls_even_within_one_second_and_one_nanosecond():
+    log, cursor, got = DockerLog(), None, []
+    t = 5 * 10**9
+    for i in range(30):
+        log.write(t + i * 10**8, "line %d" % i)  # ten lines a second
+        if i % 7 == 0:
+            log.write(t + i * 10**8, "twin %d" % i)  # a second line with the very same timestamp
+        if i % 4 == 0:
+            text, cursor = _docker.logs_after(log, json.loads(json.dumps(cursor)))
+            got += text.splitlines()
+    text, cursor = _docker.logs_after(log, cursor)
+    got += text.splitlines()
+    assert got == [text for _ns, text in log.lines]
+    # Each poll asked only for the last second again, never for the whole log.
+    assert log.served < 2 * len(log.lines) + 20
+
+
+def test_a_poll_reports_the_stage_and_the_state_it_keeps_resumes_the_next():
+    log = DockerLog()
+    log.write(1 * 10**9, "INFO 12-03 18:00:01 [api_server.py:1] vLLM server version 0.21.0, serving model /m")
+    log.write(2 * 10**9, "(EngineCore_DP0 pid=1) INFO 12-03 18:00:02 [ray_utils.py:1] Using the existing placement "
+                         "group")
+    log.write(3 * 10**9, "(RayWorkerProc pid=7, ip=10.0.0.2) Loading safetensors checkpoint shards:  25% Completed | "
+                         "1/4 [00:01<00:00]")
+    watchdog = memory.Watchdog(0, 15)
+    follower = vllm_boot.Follower(log, {}, watchdog, time.time())
+    facts = vllm_boot.poll(follower, None, poll_seconds=0, deadline_s=100, interval=0)
+    assert facts["stage"] == "weights loading, 1 of 4 shards"
+    saved = json.loads(json.dumps(follower.saved()))
+    log.write(4 * 10**9, "(EngineCore_DP0 pid=1) INFO 12-03 18:00:04 [default_loader.py:2] Loading weights took 3.00 "
+                         "seconds")
+    log.write(5 * 10**9, "(APIServer pid=1) INFO:     Application startup complete.")
+    served = log.served
+    again = vllm_boot.Follower(log, saved, memory.Watchdog(0, 15), time.time())
+    facts = vllm_boot.poll(again, "weights loading, 1 of 4 shards", poll_seconds=0, deadline_s=100, interval=0)
+    assert facts["stage"] == "serving" and facts["weights_loaded_s"] == 3.0
+    assert facts == vllm_logs.parse("\n".join(text for _ns, text in log.lines) + "\n")
+    assert log.served - served <= 3  # the second poll read the new lines (and the last second), not the log
+
+
+def test_a_container_from_another_boot_starts_a_fresh_reader():
+    log = DockerLog()
+    log.write(1 * 10**9, "INFO:     Application startup complete.")
+    older = vllm_logs.LogReader().feed("INFO: Application startup complete.\n").state()
+    saved = {"id": "an-older-container", "reader": older, "cursor": {"ns": 10**18, "same": 1}}
+    follower = vllm_boot.Follower(log, saved, memory.Watchdog(0, 15), 0)
+    assert follower.cursor is None and follower.reader.facts()["phases"] == []
+
+
+def test_an_exited_container_or_an_engine_failure_stops_the_follow():
+    log = DockerLog()
+    log.write(1 * 10**9, "(EngineCore_DP0 pid=1) ERROR 12-03 18:00:01 [core.py:1] EngineCore failed to start.")
+    follower = vllm_boot.Follower(log, {}, memory.Watchdog(0, 15), 0)
+    try:
+        vllm_boot.poll(follower, None, poll_seconds=0, deadline_s=100, interval=0)
+    except vllm_boot.WaitAborted as exc:
+        assert "EngineCore failed to start" in str(exc)
+    else:
+        raise AssertionError("an engine failure must abort the follow")
+    log2 = DockerLog()
+    log2.status = "exited"
+    follower = vllm_boot.Follower(log2, {}, memory.Watchdog(0, 15), 0)
+    try:
+        vllm_boot.poll(follower, None, poll_seconds=0, deadline_s=100, interval=0)
+    except vllm_boot.WaitAborted as exc:
+        assert "the serve container is exited" in str(exc)
+    else:
+        raise AssertionError("an exited container must abort the follow")
+
+
+def test_the_startup_timeout_counts_from_the_container_start():
+    log = DockerLog()
+    log.write(1 * 10**9, "INFO 12-03 18:00:01 [api_server.py:1] vLLM server version 0.21.0, serving model /m")
+    follower = vllm_boot.Follower(log, {}, memory.Watchdog(0, 15), started=0)  # started at the epoch: long ago
+    try:
+        vllm_boot.poll(follower, None, poll_seconds=0, deadline_s=7200, interval=0)
+    except vllm_boot.WaitAborted as exc:
+        assert "not serving 7200 s after the container started" in str(exc) and "engine starting" in str(exc)
+    else:
+        raise AssertionError("a boot past startup_timeout must fail")
