@@ -20,3 +20,18 @@ attributes:
       - When run twice in a row outside check mode, with the same arguments, the second invocation indicates
         no change.
 """
+
+    # With DOCUMENTATION, for a module that only reads (or only plans) and changes nothing anywhere.
+    READ_ONLY = r"""
+options: {}
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; it runs the same in check mode.
+  diff_mode:
+    support: N/A
+    details: Changes nothing, so there is nothing to compare.
+  idempotent:
+    support: full
+    details: Changes nothing.
+"""

@@ -231,3 +231,29 @@ def logs_after(container, cursor):
             last, same = ns, 1
         out.append(text)
     return "".join(out), {"ns": last, "same": same}
+
+
+def _env_dict(items):
+    return dict(str(item).partition("=")[::2] for item in items or ())
+
+
+def declared(cli, container, hidden=()):
+    """What a running container was declared with, in the form ``diff_view`` gives a spec: its image, its
+    command and the environment it was given (the image's own variables left out, ``hidden`` names shown
+    only as set). Empty for no container."""
+    if container is None:
+        return {}
+    config = container.attrs.get("Config") or {}
+    try:
+        image_env = _env_dict((cli.images.get(config.get("Image")).attrs.get("Config") or {}).get("Env"))
+    except (APIError, DockerException):
+        image_env = {}
+    env = {k: v for k, v in _env_dict(config.get("Env")).items() if image_env.get(k) != v}
+    return diff_view({"image": config.get("Image"), "command": config.get("Cmd"), "environment": env}, hidden)
+
+
+def diff_view(spec, hidden=()):
+    """The parts of a container spec a user compares in ``--diff``: image, command, environment; the values
+    of ``hidden`` variables (secrets) are never shown, only whether they are set."""
+    env = {k: ("(set, not shown)" if k in hidden else str(v)) for k, v in (spec.get("environment") or {}).items()}
+    return {"image": spec.get("image"), "command": list(spec.get("command") or []), "environment": env}

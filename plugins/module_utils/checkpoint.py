@@ -18,6 +18,14 @@ MANIFEST = ".sparkfleet-verified.json"
 MAX_HEADER = 100 * 1024 * 1024
 
 
+# The options that name a snapshot (documented once, in the sparkfleet.vllm.snapshot fragment).
+SNAPSHOT_ARGS = dict(
+    hub_dir=dict(type="path", required=True),
+    repo_id=dict(type="str", required=True),
+    revision=dict(type="str", required=True),
+)
+
+
 def repo_dir(hub_dir, repo_id):
     org, _unused, name = repo_id.partition("/")
     if not org or not name:

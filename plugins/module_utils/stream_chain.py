@@ -177,3 +177,15 @@ def send(source_argv, host, port, session, connect_timeout=300):
     if rc != 0:
         raise ChainError("%s exited %d: %s" % (" ".join(source_argv), rc, err.strip()[-2000:]))
     return {"bytes": total, "sha256": digest.hexdigest(), "seconds": round(time.monotonic() - start, 3)}
+
+
+def argument_spec(port):
+    """The options every chain transfer module takes (documented once, in the sparkfleet.vllm.chain fragment)."""
+    return dict(
+        action=dict(type="str", choices=["check", "receive", "send"], required=True),
+        port=dict(type="int", default=port),
+        bind_address=dict(type="str", default="0.0.0.0"),  # noqa: S104
+        forward_host=dict(type="str", default=""),
+        target_host=dict(type="str", default=""),
+        timeout=dict(type="int", default=900),
+    )

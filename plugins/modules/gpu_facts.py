@@ -29,13 +29,12 @@ options:
     type: str
 attributes:
   check_mode:
-    support: full
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
+    details: Runs the same in check mode. With O(probe_image) it starts two short-lived probe containers and
+      removes them; nothing it creates remains.
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.attributes.read_only
+  - sparkfleet.vllm.docker
 author:
   - sparkfleet maintainers (!UNKNOWN)
 """

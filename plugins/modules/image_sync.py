@@ -15,11 +15,6 @@ description:
   - C(action=send) (on the node that built the image) streams C(docker save), uncompressed, to the first node.
   - The stream is never gzipped (single-core gzip was the bottleneck in the field).
 options:
-  action:
-    description: What this node does.
-    type: str
-    choices: [check, receive, send]
-    required: true
   image:
     description: Image reference (tag).
     type: str
@@ -29,37 +24,21 @@ options:
     type: str
     required: true
   port:
-    description: TCP port of the chain.
-    type: int
     default: 29400
-  bind_address:
-    description: Address a receiver listens on (the node's fabric IP).
-    type: str
-    default: 0.0.0.0
-  forward_host:
-    description: The next node of the chain, for a receiver; empty for the last one.
-    type: str
-    default: ""
-  target_host:
-    description: The first node of the chain, for the sender.
-    type: str
-    default: ""
-  timeout:
-    description: Seconds to wait for a connection.
-    type: int
-    default: 900
 attributes:
   check_mode:
     support: full
     details: C(check) runs; C(receive) and C(send) predict C(changed=true) and move nothing.
   diff_mode:
-    support: none
+    support: partial
+    details: C(receive) shows this node's image ID before and after; C(check) and C(send) change nothing here.
   idempotent:
     support: full
 requirements:
   - Docker SDK for Python and the docker CLI on the node
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.chain
 author:
   - sparkfleet maintainers (!UNKNOWN)
 """
@@ -91,20 +70,20 @@ transfer:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker
-from ansible_collections.sparkfleet.vllm.plugins.module_utils.stream_chain import ChainError, receive, send
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.stream_chain import (
+    ChainError,
+    argument_spec,
+    receive,
+    send,
+)
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            action=dict(type="str", choices=["check", "receive", "send"], required=True),
+            argument_spec(29400),
             image=dict(type="str", required=True),
             image_id=dict(type="str", required=True),
-            port=dict(type="int", default=29400),
-            bind_address=dict(type="str", default="0.0.0.0"),  # noqa: S104
-            forward_host=dict(type="str", default=""),
-            target_host=dict(type="str", default=""),
-            timeout=dict(type="int", default=900),
         ),
         required_if=[("action", "send", ["target_host"])],
         supports_check_mode=True,
@@ -116,8 +95,10 @@ def main():
         local = _docker.image_id(cli, p["image"])
         if p["action"] == "check":
             module.exit_json(changed=False, needed=local != p["image_id"], local_id=local)
+        diff = {"before": {"image": p["image"], "image_id": local}, "after": {"image": p["image"],
+                                                                              "image_id": p["image_id"]}}
         if module.check_mode:
-            module.exit_json(changed=True)
+            module.exit_json(changed=True, diff=diff if p["action"] == "receive" else {})
         if p["action"] == "send":
             if local != p["image_id"]:
                 module.fail_json(msg="this node has %s as %s, not the wanted %s" % (p["image"], local, p["image_id"]))
@@ -138,7 +119,7 @@ def main():
                              transfer=result)
     except (ChainError, _docker.DockerFailure, OSError) as exc:
         module.fail_json(msg="image_sync %s: %s" % (p["action"], exc))
-    module.exit_json(changed=True, local_id=local, transfer=result)
+    module.exit_json(changed=True, local_id=local, transfer=result, diff=diff)
 
 
 if __name__ == "__main__":

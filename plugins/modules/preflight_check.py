@@ -34,15 +34,9 @@ options:
     type: list
     elements: dict
     default: []
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.attributes.read_only
 author:
   - sparkfleet maintainers (!UNKNOWN)
 """

@@ -48,17 +48,12 @@ options:
     default: [sparkfleet-ray, sparkfleet-vllm]
 attributes:
   check_mode:
-    support: full
     details: Runs the same in check mode. It starts two short-lived probe containers and removes them; nothing
       it creates remains.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
-requirements:
-  - Docker SDK for Python on the node
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.attributes.read_only
+  - sparkfleet.vllm.docker
 author:
   - sparkfleet maintainers (!UNKNOWN)
 """

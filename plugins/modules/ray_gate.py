@@ -40,14 +40,10 @@ options:
     default: 5
 attributes:
   check_mode:
-    support: full
     details: Reads the table once and reports it; does not wait.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.attributes.read_only
 author:
   - sparkfleet maintainers (!UNKNOWN)
 """

@@ -97,13 +97,15 @@ attributes:
     support: full
     details: Predicts whether the container would be (re)started; starts and waits for nothing.
   diff_mode:
-    support: none
+    support: full
+    details:
+      - The Ray container's image, command line and environment, as running and as declared; a secret shows
+        only as set.
   idempotent:
     support: full
-requirements:
-  - Docker SDK for Python on the node
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.docker
 author:
   - sparkfleet maintainers (!UNKNOWN)
 """
@@ -172,6 +174,10 @@ def joined(container, ip):
     return probe, predicate
 
 
+# Secrets in a Ray container's environment: a diff says whether they are set, never their value.
+HIDDEN = ("RAY_AUTH_TOKEN", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -221,8 +227,9 @@ def main():
                     module.exit_json(changed=False, container_id=existing.id, attempts=0)
             except _docker.DockerFailure:
                 pass  # running but not answering: restart below
+        diff = {"before": _docker.declared(cli, existing, HIDDEN), "after": _docker.diff_view(spec, HIDDEN)}
         if module.check_mode:
-            module.exit_json(changed=True, attempts=0)
+            module.exit_json(changed=True, attempts=0, diff=diff)
         _docker.ensure_volume(cli, p["ray_tmp_volume"], tmp_volume_opts(p["ray_tmp_size"]))
         last = ""
         for attempt in range(1, p["retries"] + 1):
@@ -239,7 +246,7 @@ def main():
                             "on this node and dockerd was restarted after it (docker info lists the nvidia "
                             "runtime), and that nvidia-smi works on the host"
                             % (p["role"], p["node_ip"], gpus, p["gpus"]), container_id=container.id)
-                module.exit_json(changed=True, container_id=container.id, attempts=attempt)
+                module.exit_json(changed=True, container_id=container.id, attempts=attempt, diff=diff)
             except WaitTimeout as exc:
                 last = "%s\n--- last log lines ---\n%s" % (exc, _docker.logs(container, tail=25))
         module.fail_json(msg="Ray %s on %s did not come up after %d attempts (head %s:%s): %s"

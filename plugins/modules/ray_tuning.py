@@ -30,15 +30,9 @@ options:
     description: Variables to set instead of the planned values (only C(RAY_*) and C(VLLM_*) names).
     type: dict
     default: {}
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.attributes.read_only
 author:
   - sparkfleet maintainers (!UNKNOWN)
 """

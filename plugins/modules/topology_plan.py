@@ -42,15 +42,9 @@ options:
     description: Model name, used in messages.
     type: str
     default: ""
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.attributes.read_only
 author:
   - sparkfleet maintainers (!UNKNOWN)
 """

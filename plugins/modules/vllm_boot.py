@@ -58,14 +58,14 @@ attributes:
     support: full
     details: Reads only; in check mode the follower's position is not saved.
   diff_mode:
-    support: none
+    support: N/A
+    details: Changes nothing.
   idempotent:
     support: full
     details: Never changes the container; the watchdog stopping a starving boot is reported as a failure.
-requirements:
-  - Docker SDK for Python on the node
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.docker
 author:
   - sparkfleet maintainers (!UNKNOWN)
 """

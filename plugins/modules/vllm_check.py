@@ -126,16 +126,9 @@ options:
     description: Seconds per HTTP request.
     type: int
     default: 120
-attributes:
-  check_mode:
-    support: full
-    details: Only reads; runs the same in check mode.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.attributes.read_only
 author:
   - sparkfleet maintainers (!UNKNOWN)
 """

@@ -63,13 +63,13 @@ attributes:
     support: full
     details: Predicts whether a build would happen; the image ID is then C(unknown).
   diff_mode:
-    support: none
+    support: full
+    details: The Dockerfile of an image that is (or would be) built under its content-addressed tag.
   idempotent:
     support: full
-requirements:
-  - Docker SDK for Python on the node
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.docker
 author:
   - sparkfleet maintainers (!UNKNOWN)
 """
@@ -186,8 +186,9 @@ def main():
         if existing:
             module.exit_json(changed=False, built=False, tag=tag, image_id=existing,
                              versions=read_versions(cli, tag))
+        diff = {"before": "", "after": "# %s\n%s" % (tag, dockerfile), "after_header": "Dockerfile of %s" % tag}
         if module.check_mode:
-            module.exit_json(changed=True, built=False, tag=tag, image_id="unknown")
+            module.exit_json(changed=True, built=False, tag=tag, image_id="unknown", diff=diff)
         build(cli, tag, dockerfile, p["ray_version"], p["build_args"], files)
         versions = read_versions(cli, tag)
     except _docker.DockerFailure as exc:
@@ -196,7 +197,8 @@ def main():
         module.fail_json(msg="vllm_image: the image does not start: %s" % exc)
     if versions.get("ray") != p["ray_version"]:
         module.fail_json(msg="image %s has Ray %s, expected %s" % (tag, versions.get("ray"), p["ray_version"]))
-    module.exit_json(changed=True, built=True, tag=tag, image_id=_docker.image_id(cli, tag), versions=versions)
+    module.exit_json(changed=True, built=True, tag=tag, image_id=_docker.image_id(cli, tag), versions=versions,
+                     diff=diff)
 
 
 if __name__ == "__main__":

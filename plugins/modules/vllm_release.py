@@ -78,17 +78,12 @@ options:
     default: {}
 attributes:
   check_mode:
-    support: full
     details: Runs the same in check mode. It creates a container of the image (never started) to read its files
       and removes it; nothing it creates remains.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
-requirements:
-  - Docker SDK for Python on the node
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.attributes.read_only
+  - sparkfleet.vllm.docker
 author:
   - sparkfleet maintainers (!UNKNOWN)
 """

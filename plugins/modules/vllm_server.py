@@ -80,13 +80,15 @@ attributes:
     support: full
     details: Predicts whether the server would be (re)started.
   diff_mode:
-    support: none
+    support: full
+    details:
+      - The serve container's image, C(vllm serve) command line and environment, as running and as declared;
+        a secret shows only as set.
   idempotent:
     support: full
-requirements:
-  - Docker SDK for Python on the node
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.docker
 author:
   - sparkfleet maintainers (!UNKNOWN)
 """
@@ -121,6 +123,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, vllm_logs
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.serve_plan import serve_argv
+
+# Secrets in the serve container's environment: a diff says whether they are set, never their value.
+HIDDEN = ("VLLM_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "RAY_AUTH_TOKEN")
 
 
 def main():
@@ -177,13 +182,14 @@ def main():
         # A server that is still booting is left to boot; one whose log reports a failure is started anew.
         if not _docker.needs_change(state, digest) and not vllm_logs.parse(_docker.logs(existing))["errors"]:
             module.exit_json(changed=False, container_id=existing.id, argv=argv)
-        if module.check_mode:
-            module.exit_json(changed=True, argv=argv)
         run_spec = dict(spec, environment=dict(env, VLLM_API_KEY=p["api_key"]) if p["api_key"] else env)
+        diff = {"before": _docker.declared(cli, existing, HIDDEN), "after": _docker.diff_view(run_spec, HIDDEN)}
+        if module.check_mode:
+            module.exit_json(changed=True, argv=argv, diff=diff)
         container = _docker.replace(cli, name, run_spec, "vllm-serve", digest=digest)
     except _docker.DockerFailure as exc:
         module.fail_json(msg="vllm_server: %s" % exc)
-    module.exit_json(changed=True, container_id=container.id, argv=argv)
+    module.exit_json(changed=True, container_id=container.id, argv=argv, diff=diff)
 
 
 if __name__ == "__main__":

@@ -16,23 +16,6 @@ description:
     other revisions already on the node are never touched.
   - C(action=send) streams the snapshot's blobs and links (a tar stream, links kept as links) from the seed node.
 options:
-  action:
-    description: What this node does.
-    type: str
-    choices: [check, receive, send]
-    required: true
-  hub_dir:
-    description: The node's Hugging Face hub cache directory.
-    type: path
-    required: true
-  repo_id:
-    description: Model repository, C(ORG/NAME).
-    type: str
-    required: true
-  revision:
-    description: Snapshot revision.
-    type: str
-    required: true
   session:
     description: Transfer session name (the seed's snapshot digest).
     type: str
@@ -42,35 +25,21 @@ options:
     type: int
     default: 0
   port:
-    description: TCP port of the chain.
-    type: int
     default: 29401
-  bind_address:
-    description: Address a receiver listens on.
-    type: str
-    default: 0.0.0.0
-  forward_host:
-    description: The next node of the chain (receiver); empty for the last.
-    type: str
-    default: ""
-  target_host:
-    description: The first node of the chain (sender).
-    type: str
-    default: ""
-  timeout:
-    description: Seconds to wait for a connection.
-    type: int
-    default: 900
 attributes:
   check_mode:
     support: full
     details: C(check) runs read-only; C(receive) and C(send) predict C(changed=true) and move nothing.
   diff_mode:
-    support: none
+    support: partial
+    details: C(receive) shows the snapshot's file-to-blob manifest on this node before and after; in check
+      mode nothing is received, so nothing is compared.
   idempotent:
     support: full
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.chain
+  - sparkfleet.vllm.snapshot
 author:
   - sparkfleet maintainers (!UNKNOWN)
 """
@@ -110,8 +79,18 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils.checkpoint import repo_dir, snapshot_dir, verify_snapshot
-from ansible_collections.sparkfleet.vllm.plugins.module_utils.stream_chain import ChainError, receive, send
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.checkpoint import (
+    SNAPSHOT_ARGS,
+    repo_dir,
+    snapshot_dir,
+    verify_snapshot,
+)
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.stream_chain import (
+    ChainError,
+    argument_spec,
+    receive,
+    send,
+)
 
 STAGING = ".sparkfleet-incoming"
 
@@ -143,17 +122,10 @@ def publish(stage_repo, final_repo, revision):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            action=dict(type="str", choices=["check", "receive", "send"], required=True),
-            hub_dir=dict(type="path", required=True),
-            repo_id=dict(type="str", required=True),
-            revision=dict(type="str", required=True),
+            argument_spec(29401),
+            **SNAPSHOT_ARGS,
             session=dict(type="str", default=""),
             total_bytes=dict(type="int", default=0),
-            port=dict(type="int", default=29401),
-            bind_address=dict(type="str", default="0.0.0.0"),  # noqa: S104
-            forward_host=dict(type="str", default=""),
-            target_host=dict(type="str", default=""),
-            timeout=dict(type="int", default=900),
         ),
         required_if=[("action", "send", ["target_host", "session"]), ("action", "receive", ["session"])],
         supports_check_mode=True,
@@ -179,6 +151,7 @@ def main():
                           p["timeout"])
             module.exit_json(changed=True, transfer=result)
         os.makedirs(hub, exist_ok=True)
+        before = verify_snapshot(hub, repo, rev).get("files") or {}
         free = shutil.disk_usage(hub).free
         if p["total_bytes"] and free < p["total_bytes"] * 1.05:
             module.fail_json(msg="not enough disk for %s in %s: %d bytes free, %d needed; free space there or point "
@@ -207,7 +180,10 @@ def main():
                                                                                    result["forward_error"]))
     except (ChainError, OSError) as exc:
         module.fail_json(msg="weights_distribute %s: %s" % (p["action"], exc))
-    module.exit_json(changed=True, transfer=result, published=moved, digest=final["digest"])
+    module.exit_json(changed=True, transfer=result, published=moved, digest=final["digest"],
+                     diff={"before": {"files": before}, "after": {"files": final.get("files") or {}},
+                           "before_header": "%s@%s (file -> blob)" % (repo, rev),
+                           "after_header": "%s@%s (file -> blob)" % (repo, rev)})
 
 
 if __name__ == "__main__":

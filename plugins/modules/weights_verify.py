@@ -17,18 +17,6 @@ description:
     unchanged files hashes nothing.
   - Fails naming the node, the file and the fault.
 options:
-  hub_dir:
-    description: The node's Hugging Face hub cache directory.
-    type: path
-    required: true
-  repo_id:
-    description: Model repository, C(ORG/NAME).
-    type: str
-    required: true
-  revision:
-    description: Snapshot revision (commit hash).
-    type: str
-    required: true
   hash_blobs:
     description: Hash blob contents; without it only presence and framing are checked.
     type: bool
@@ -45,6 +33,7 @@ attributes:
     support: full
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.snapshot
 author:
   - sparkfleet maintainers (!UNKNOWN)
 """
@@ -82,15 +71,17 @@ snapshot_path:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils.checkpoint import snapshot_dir, verify_snapshot
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.checkpoint import (
+    SNAPSHOT_ARGS,
+    snapshot_dir,
+    verify_snapshot,
+)
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            hub_dir=dict(type="path", required=True),
-            repo_id=dict(type="str", required=True),
-            revision=dict(type="str", required=True),
+            SNAPSHOT_ARGS,
             hash_blobs=dict(type="bool", default=True),
             expected_digest=dict(type="str"),
         ),

@@ -26,9 +26,9 @@ def sh(argv, timeout=1800, env=None, cwd=REPO, **kw):
                           check=False, **kw)
 
 
-def deploy(extra=None, playbook="deploy_mimo.yml", env=None):
-    """`cd site && ansible-playbook deploy_mimo.yml -i local [-e ...]`; returns (rc, output)."""
-    argv = [str(BIN / "ansible-playbook"), playbook, "-i", "local"]
+def deploy(extra=None, playbook="deploy_mimo.yml", env=None, args=()):
+    """`cd site && ansible-playbook deploy_mimo.yml -i local [args] [-e ...]`; returns (rc, output)."""
+    argv = [str(BIN / "ansible-playbook"), playbook, "-i", "local", *args]
     if extra:
         argv += ["-e", json.dumps(extra)]
     res = sh(argv, env=env or SITE_ENV, cwd=SITE)

@@ -7,7 +7,7 @@ import json
 import secrets
 
 import pytest
-from conftest import HEAD, deploy, node_exec, run_report
+from conftest import HEAD, REPO, deploy, node_exec, run_report
 
 pytestmark = pytest.mark.usefixtures("sim_cluster")
 
@@ -88,6 +88,58 @@ def test_a_slow_boot_reports_its_phases_as_it_goes():
     # The boot is reported as it goes, not once at its end: seconds since the start rise poll by poll.
     seconds = [int(line.rsplit(" (", 1)[1].rstrip(" s)")) for line in progress]
     assert seconds == sorted(seconds) and seconds[-1] >= 20
+
+
+NODES = ["sparkfleet-sim-node-%d" % i for i in range(4)]
+
+
+def cluster_state():
+    """What a run must not touch: every container of every node (ID, start time) and every image ID."""
+    state = {}
+    for node in NODES:
+        ps = node_exec(node, "docker", "ps", "-a", "--no-trunc", "--format", "{{.Names}} {{.ID}} {{.State}}")
+        images = node_exec(node, "docker", "images", "--no-trunc", "--format", "{{.Repository}}:{{.Tag}} {{.ID}}")
+        starts = {}
+        for line in ps.stdout.split("\n"):
+            if line.strip():
+                starts[line.split()[0]] = started_at(node, line.split()[0])
+        state[node] = {"containers": sorted(ps.stdout.splitlines()),
+                       "started": starts, "images": sorted(images.stdout.splitlines())}
+    return state
+
+
+def recap(out):
+    return {line.split()[0]: line for line in out.splitlines() if "changed=" in line and "ok=" in line}
+
+
+def test_check_diff_on_the_deployed_cluster_predicts_no_change_and_changes_nothing():
+    before = cluster_state()
+    rc, out = deploy(args=("--check", "--diff"))
+    assert rc == 0, out[-4000:]
+    lines = recap(out)
+    assert lines and all("changed=0" in line for line in lines.values()), json.dumps(lines)
+    assert cluster_state() == before
+
+
+def test_check_diff_after_a_recipe_edit_shows_the_serve_flags_and_changes_nothing(tmp_path):
+    """A user edits the recipe (--gpu-memory-utilization 0.85 -> 0.80) and asks what a deploy would do."""
+    recipe = (REPO / "recipes" / "mimo-v2.5-pro.yml").read_text()
+    assert '  - "0.85"' in recipe
+    edited = tmp_path / "mimo-edited.yml"
+    edited.write_text(recipe.replace('  - "0.85"', '  - "0.80"'))
+    canary = "canary-" + secrets.token_hex(8)
+    before = cluster_state()
+    rc, out = deploy({"sparkfleet_recipe_name": str(edited), "sparkfleet_api_key": canary},
+                     args=("--check", "--diff"))
+    assert rc == 0, out[-4000:]
+    # The serve container's command line, as running and as declared: the one flag differs (JSON diff).
+    assert '-        "0.85"\n+        "0.80"' in out, out[-6000:]
+    # A new API key restarts the server too; the diff says it would be set, and never shows it.
+    assert '+        "VLLM_API_KEY": "(set, not shown)"' in out and canary not in out
+    lines = recap(out)
+    assert "changed=0" not in lines["sim-spark-00"]
+    assert all("changed=0" in line for host, line in lines.items() if host != "sim-spark-00"), json.dumps(lines)
+    assert cluster_state() == before
 
 
 def test_corrupt_shard_on_a_worker_is_found_and_repaired():
