@@ -6,7 +6,7 @@ DOCUMENTATION = r"""
 name: report
 type: notification
 short_description: Report a sparkfleet.vllm run while it goes and when it ends
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - While a task of the collection polls (a vLLM boot being followed), prints each poll's C(progress) line,
     so that a long step is never silent.

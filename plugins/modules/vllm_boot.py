@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: vllm_boot
 short_description: Follow the boot of a vllm serve container, one short poll at a time
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - Reads the serve container's startup log from where the previous poll stopped and returns where the boot
     stands (RV(stage)), one of engine starting, Ray placement, weights loading (k of n shards), profiling and
