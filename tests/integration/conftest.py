@@ -42,6 +42,27 @@ def run_report(out):
     return json.loads(Path(paths[0]).read_text())
 
 
+def install_artifact(tmp_path):
+    """`ansible-galaxy collection build` of the checkout, installed into an empty collections path.
+
+    Returns (tarball, collections path, the installed collection's directory, env argv prefix that runs a
+    command in an empty work directory with a neutral ansible.cfg and only that collections path).
+    """
+    dist, colls, work = tmp_path / "dist", tmp_path / "collections", tmp_path / "work"
+    for d in (dist, colls, work):
+        d.mkdir()
+    neutral = tmp_path / "ansible.cfg"
+    neutral.write_text("[defaults]\n")
+    res = sh([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(dist)], timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (tarball,) = dist.glob("sparkfleet-vllm-*.tar.gz")
+    env = ["env", "-C", str(work), "ANSIBLE_CONFIG=%s" % neutral, "ANSIBLE_COLLECTIONS_PATH=%s" % colls]
+    res = sh([*env, str(BIN / "ansible-galaxy"), "collection", "install", str(tarball), "-p", str(colls)],
+             timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return tarball, colls, colls / "ansible_collections" / "sparkfleet" / "vllm", env
+
+
 def node_exec(node, *argv):
     return sh(["docker", "exec", node, *argv], timeout=120)
 

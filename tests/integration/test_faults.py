@@ -7,7 +7,7 @@ import json
 import secrets
 
 import pytest
-from conftest import HEAD, REPO, deploy, node_exec, run_report
+from conftest import BIN, HEAD, REPO, deploy, install_artifact, node_exec, run_report, sh
 
 pytestmark = pytest.mark.usefixtures("sim_cluster")
 
@@ -260,3 +260,25 @@ def test_second_run_changes_nothing():
     assert rc == 0
     recap = [line for line in out.splitlines() if "changed=" in line and "ok=" in line]
     assert recap and all("changed=0" in line for line in recap), json.dumps(recap)
+
+
+def test_the_installed_artifact_deploys_by_fqcn_on_the_cluster(tmp_path):
+    """The built tarball, installed on its own, runs the whole deploy by FQCN against the simulated cluster:
+    every play of the installed copy runs, finds the endpoint it would build already serving (the artifact
+    holds the same content as the checkout, so nothing changes), and proves it coherent again."""
+    _tarball, _colls, installed, env = install_artifact(tmp_path)
+    cfg = tmp_path / "site.cfg"  # the user's own config: the shipped site's, less its collections path
+    cfg.write_text((REPO / "site" / "ansible.cfg").read_text().replace("collections_path", "# collections_path"))
+    env = [e.replace("ANSIBLE_CONFIG=%s" % (tmp_path / "ansible.cfg"), "ANSIBLE_CONFIG=%s" % cfg) for e in env]
+    res = sh([*env, "SPARKFLEET_REPORT_DIR=%s" % (tmp_path / "reports"), str(BIN / "ansible-playbook"),
+              "sparkfleet.vllm.deploy_mimo", "-i", str(REPO / "site" / "local"), "-v"], timeout=1800)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-5000:]
+    assert "Using %s as config file" % cfg in out, out[:2000]
+    lines = recap(out)
+    assert sorted(lines) == ["localhost"] + ["sim-spark-0%d" % i for i in range(4)]
+    assert all("changed=0" in line and "failed=0" in line for line in lines.values()), json.dumps(lines)
+    # The roles that ran are the installed copy's, never the checkout's.
+    assert str(installed / "roles" / "vllm_serve") in out and str(REPO / "roles") not in out
+    assert str(REPO / "collections") not in out
+    assert run_report(out)["endpoints"]["sim-spark-00"]["verdict"] == "coherent"

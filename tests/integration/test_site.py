@@ -9,7 +9,7 @@ import re
 import tarfile
 
 import pytest
-from conftest import BIN, REPO, sh
+from conftest import BIN, REPO, install_artifact, sh
 
 VALIDATE_PLAY = "PLAY [Validate the inventory and plan the deploy]"
 PLAN_TASK = "TASK [sparkfleet.vllm.validate : Plan the topology]"
@@ -43,15 +43,8 @@ def test_site_command_validates_on_the_controller(playbook, inventory):
 
 def test_installed_collection_runs_without_the_checkout(tmp_path):
     """Build the collection, install the tarball, run its playbook by FQCN with only the installed copy."""
-    dist, colls, work = tmp_path / "dist", tmp_path / "collections", tmp_path / "work"
-    for d in (dist, colls, work):
-        d.mkdir()
+    tarball, colls, installed, env = install_artifact(tmp_path)
     neutral = tmp_path / "ansible.cfg"
-    neutral.write_text("[defaults]\n")
-
-    res = sh([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(dist)], timeout=300)
-    assert res.returncode == 0, res.stdout + res.stderr
-    (tarball,) = dist.glob("sparkfleet-vllm-*.tar.gz")
 
     with tarfile.open(tarball) as tf:
         names = tf.getnames()
@@ -62,11 +55,6 @@ def test_installed_collection_runs_without_the_checkout(tmp_path):
     assert not [n for n in names if n.endswith(".tar.gz")]
     assert "playbooks/deploy_mimo.yml" in names and "recipes/mimo-v2.5-pro.yml" in names
 
-    env = ["env", "-C", str(work), "ANSIBLE_CONFIG=%s" % neutral, "ANSIBLE_COLLECTIONS_PATH=%s" % colls]
-    res = sh([*env, str(BIN / "ansible-galaxy"), "collection", "install", str(tarball), "-p", str(colls)],
-             timeout=300)
-    assert res.returncode == 0, res.stdout + res.stderr
-    installed = colls / "ansible_collections" / "sparkfleet" / "vllm"
     assert (installed / "MANIFEST.json").is_file()
 
     res = sh([*env, str(BIN / "ansible-galaxy"), "collection", "list", "sparkfleet.vllm"], timeout=120)
