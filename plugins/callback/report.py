@@ -73,7 +73,7 @@ class CallbackModule(CallbackBase):
     def v2_runner_retry(self, result):
         line = result._result.get("progress")
         if line and _action(result._task):
-            self._display.display("  %s" % line)
+            self._display.display("  [%s] %s" % (result._host.get_name(), line))
 
     def v2_runner_on_ok(self, result):
         self._read(result, failed=False)

@@ -12,6 +12,9 @@ description:
   - Reads Ray's node table in the head's Ray container until alive nodes == C(nodes) B(and) GPUs ==
     C(gpus), and every expected IP has joined. Fails on timeout with what it saw last, including which
     nodes never joined.
+  - With O(poll_seconds), one call waits at most that long and returns RV(done) and a RV(progress) line; run
+    it with C(until) and O(started_at) so that a long gate reports what it sees instead of blocking in
+    silence. O(timeout) then counts from O(started_at).
 options:
   nodes:
     description: Alive nodes required.
@@ -38,6 +41,13 @@ options:
     description: Seconds between reads.
     type: int
     default: 5
+  poll_seconds:
+    description: Longest wait of one call; C(0) waits up to O(timeout) in one call.
+    type: int
+    default: 0
+  started_at:
+    description: When the gate began (seconds since the epoch); O(timeout) counts from it. Defaults to now.
+    type: float
 attributes:
   check_mode:
     details: Reads the table once and reports it; does not wait.
@@ -62,10 +72,21 @@ summary:
   type: dict
   sample: {alive: 4, dead: 0, gpus: 4, alive_ips: [172.29.0.10], dead_ips: []}
 waited_s:
-  description: Seconds spent waiting.
+  description: Seconds spent waiting (since O(started_at) when given).
   returned: success
   type: float
+done:
+  description: Whether the gate is passed.
+  returned: success
+  type: bool
+progress:
+  description: What the last read saw, for the play's output.
+  returned: success
+  type: str
+  sample: "Ray gate: 3/4 nodes alive, 3/4 GPUs; not joined: 172.29.0.13 (25 s)"
 """
+
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -82,6 +103,8 @@ def main():
             container_name=dict(type="str", default="sparkfleet-ray"),
             timeout=dict(type="int", default=600),
             interval=dict(type="int", default=5),
+            poll_seconds=dict(type="int", default=0),
+            started_at=dict(type="float"),
         ),
         supports_check_mode=True,
     )
@@ -105,12 +128,23 @@ def main():
         if module.check_mode:
             summary = probe()
             module.exit_json(changed=False, summary=summary, ready=predicate(summary)[0])
-        _unused, desc, waited = wait_for("Ray cluster gate", probe, predicate, p["timeout"], p["interval"])
+        started = p["started_at"] or time.time()
+        remaining = p["timeout"] - (time.time() - started)
+        window = min(p["poll_seconds"], remaining) if p["poll_seconds"] else remaining
+        try:
+            _unused, desc, _unused = wait_for("Ray cluster gate", probe, predicate, max(window, 0), p["interval"])
+        except WaitTimeout as exc:
+            if window >= remaining:
+                raise WaitTimeout(exc.what, p["timeout"], exc.last) from None
+            waited = time.time() - started
+            module.exit_json(changed=False, done=False, summary=seen.get("summary"), waited_s=round(waited, 1),
+                             progress="Ray gate: %s (%d s)" % (exc.last, waited))
     except WaitTimeout as exc:
         module.fail_json(msg=str(exc), summary=seen.get("summary"))
     except _docker.DockerFailure as exc:
         module.fail_json(msg="ray_gate: %s" % exc, summary=seen.get("summary"))
-    module.exit_json(changed=False, summary=seen["summary"], waited_s=round(waited, 1), status=desc)
+    module.exit_json(changed=False, done=True, summary=seen["summary"], waited_s=round(time.time() - started, 1),
+                     status=desc, progress="Ray gate: %s" % desc)
 
 
 if __name__ == "__main__":

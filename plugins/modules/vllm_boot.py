@@ -95,7 +95,7 @@ progress:
   description: One line for the play's output, the stage and the seconds since the container started.
   returned: always
   type: str
-  sample: "192.168.0.10: weights loading, 3 of 8 shards (412 s)"
+  sample: "vllm serve on 192.168.0.10: weights loading, 3 of 8 shards (412 s)"
 elapsed_s:
   description: Seconds since the container started.
   returned: always
@@ -219,7 +219,7 @@ def main():
     except _docker.DockerFailure as exc:
         module.fail_json(msg="vllm_boot: %s" % exc, done=False)
     module.exit_json(changed=False, done=done, stage=facts["stage"], elapsed_s=elapsed, boot=facts,
-                     progress="%s: %s (%d s)" % (p["host"], facts["stage"], elapsed))
+                     progress="vllm serve on %s: %s (%d s)" % (p["host"], facts["stage"], elapsed))
 
 
 if __name__ == "__main__":

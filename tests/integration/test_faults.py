@@ -79,8 +79,9 @@ def test_a_slow_boot_reports_its_phases_as_it_goes():
     shard by shard, instead of one silent task (the stand-in spends slow_load seconds over its 4 shards)."""
     rc, out = deploy(fault("slow_load=40"))
     assert rc == 0, out[-4000:]
-    progress = [line.strip() for line in out.splitlines() if line.startswith("  172.29.0.10: ")]
-    stages = [line.split(": ", 1)[1].rsplit(" (", 1)[0] for line in progress]
+    prefix = "  [sim-spark-00] vllm serve on 172.29.0.10: "
+    progress = [line[len(prefix):] for line in out.splitlines() if line.startswith(prefix)]
+    stages = [line.rsplit(" (", 1)[0] for line in progress]
     assert stages[0].startswith("engine starting (vLLM 0.34.0")
     assert "Ray placement" in stages
     shards = [s for s in stages if s.startswith("weights loading, ")]
@@ -113,6 +114,8 @@ def recap(out):
 
 
 def test_check_diff_on_the_deployed_cluster_predicts_no_change_and_changes_nothing():
+    rc, out = deploy()  # the cluster as a plain deploy leaves it (the test before left a fault switched on)
+    assert rc == 0, out[-4000:]
     before = cluster_state()
     rc, out = deploy(args=("--check", "--diff"))
     assert rc == 0, out[-4000:]

@@ -1,0 +1,195 @@
+"""The Docker-bound modules called through their entry point, as Ansible's own module tests call modules.
+
+The Docker engine is a fake of the Docker SDK's client API (``docker.from_env``: ping, containers.get/run,
+images.get, a container's reload/logs/exec_run/attrs), so these tests need no engine; what they check is the
+modules' own behaviour: polling, check mode, diffs, secrets and failure messages.
+"""
+
+import datetime
+import json
+import os
+import time
+
+import docker
+import pytest
+from docker.errors import ImageNotFound, NotFound
+from module_runner import run
+
+from ansible_collections.sparkfleet.vllm.plugins.modules import ray_gate, vllm_boot, vllm_server
+
+
+def stamp(t):
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Exec:
+    def __init__(self, exit_code, output):
+        self.exit_code, self.output = exit_code, output
+
+
+class Container:
+    def __init__(self, name, image="img:1", command=None, environment=None, labels=None, started=None):
+        self.name, self.id, self.status = name, "id-%s-%d" % (name, id(self)), "running"
+        self.labels = labels or {}
+        self.lines, self.tables, self.stopped = [], [], False
+        self.attrs = {"State": {"StartedAt": stamp(started or time.time())},
+                      "Config": {"Image": image, "Cmd": command,
+                                 "Env": ["%s=%s" % kv for kv in (environment or {}).items()] + ["PATH=/usr/bin"]}}
+
+    def reload(self):
+        pass
+
+    def logs(self, stdout=True, stderr=True, timestamps=False, since=None, tail=None):
+        lines = [(t, text) for t, text in self.lines if since is None or t >= since]
+        if tail:
+            lines = lines[-tail:]
+        return "".join("%s%s\n" % (stamp(t) + " " if timestamps else "", text) for t, text in lines).encode()
+
+    def exec_run(self, argv, demux=False, environment=None):
+        table = self.tables.pop(0) if len(self.tables) > 1 else self.tables[0]
+        return Exec(0, (json.dumps(table).encode(), b""))
+
+    def stop(self, timeout=10):
+        self.stopped, self.status = True, "exited"
+
+    def remove(self, force=False):
+        self.engine.containers.items.pop(self.name, None)
+
+
+class Image:
+    def __init__(self, ref):
+        self.id, self.attrs = "sha256:" + "ab" * 32, {"Config": {"Env": ["PATH=/usr/bin"]}}
+
+
+class Containers:
+    def __init__(self, engine):
+        self.engine, self.items, self.runs = engine, {}, []
+
+    def get(self, name):
+        if name not in self.items:
+            raise NotFound("No such container: %s" % name)
+        return self.items[name]
+
+    def run(self, name, detach, **kwargs):
+        self.runs.append(dict(kwargs, name=name))
+        return self.add(Container(name, kwargs["image"], kwargs.get("command"), kwargs.get("environment"),
+                                  kwargs.get("labels")))
+
+    def add(self, container):
+        container.engine = self.engine
+        self.items[container.name] = container
+        return container
+
+
+class Images:
+    def __init__(self, present):
+        self.present = present
+
+    def get(self, ref):
+        if ref not in self.present:
+            raise ImageNotFound("No such image: %s" % ref)
+        return Image(ref)
+
+
+class Engine:
+    def __init__(self):
+        self.containers, self.images = Containers(self), Images({"img:1", "img:2"})
+
+    def ping(self):
+        return True
+
+
+@pytest.fixture
+def engine(monkeypatch):
+    fake = Engine()
+    monkeypatch.setattr(docker, "from_env", lambda **kw: fake)
+    return fake
+
+
+def node(ip, gpus=1, alive=True):
+    return {"Alive": alive, "NodeManagerAddress": ip, "Resources": {"GPU": float(gpus)}}
+
+
+IPS = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]
+
+
+def test_ray_gate_reports_a_late_node_poll_by_poll_then_passes(engine):
+    head = engine.containers.add(Container("sparkfleet-ray"))
+    head.tables = [[node(ip) for ip in IPS[:3]], [node(ip) for ip in IPS[:3]], [node(ip) for ip in IPS]]
+    args = {"nodes": 4, "gpus": 4, "expected_ips": IPS, "poll_seconds": 1, "interval": 1, "started_at": time.time()}
+    rc, first = run(ray_gate, args)
+    assert rc == 0 and first["done"] is False
+    assert first["progress"].startswith("Ray gate: 3/4 nodes alive, 3/4 GPUs; not joined: 10.0.0.4 (")
+    rc, second = run(ray_gate, args)
+    assert rc == 0 and second["done"] is True and second["summary"]["alive"] == 4
+
+
+def test_ray_gate_fails_once_its_timeout_has_passed_since_it_began(engine):
+    head = engine.containers.add(Container("sparkfleet-ray"))
+    head.tables = [[node(ip) for ip in IPS[:3]]]
+    rc, res = run(ray_gate, {"nodes": 4, "gpus": 4, "expected_ips": IPS, "poll_seconds": 20, "timeout": 600,
+                             "started_at": time.time() - 601})
+    assert rc == 1 and "Ray cluster gate: not ready after 600s" in res["msg"]
+    assert "not joined: 10.0.0.4" in res["msg"]
+
+
+def test_vllm_boot_follows_in_polls_and_saves_its_place_only_outside_check_mode(engine, tmp_path):
+    t0 = time.time() - 30
+    serve = engine.containers.add(Container("sparkfleet-vllm", started=t0))
+    serve.lines = [(t0 + 1, "INFO 12-03 18:00:01 [api_server.py:1] vLLM server version 0.34.0, serving model /m"),
+                   (t0 + 2, "(EngineCore_DP0 pid=1) INFO 12-03 18:00:02 [ray_utils.py:1] Using the existing placement "
+                            "group")]
+    args = {"host": "10.0.0.1", "poll_seconds": 0, "min_free_memory_mib": 0, "state_dir": str(tmp_path)}
+    rc, res = run(vllm_boot, args, check_mode=True)
+    assert rc == 0 and res["done"] is False and res["stage"] == "Ray placement"
+    assert not os.listdir(tmp_path)  # check mode keeps no state on the node
+    rc, res = run(vllm_boot, args)
+    assert rc == 0 and res["progress"].startswith("vllm serve on 10.0.0.1: Ray placement (")
+    assert os.listdir(tmp_path) == ["sparkfleet-vllm.boot.json"]
+    serve.lines.append((t0 + 25, "(APIServer pid=1) INFO:     Application startup complete."))
+    rc, res = run(vllm_boot, args)
+    assert rc == 0 and res["done"] is True and res["stage"] == "serving" and 25 <= res["boot"]["boot_s"] < 60
+    assert res["boot"]["phases"] == ["ray_placement", "app_started"]
+
+
+def test_vllm_boot_stops_a_starving_boot_and_names_the_figures(engine, tmp_path, monkeypatch):
+    serve = engine.containers.add(Container("sparkfleet-vllm"))
+    serve.lines = [(time.time(), "(EngineCore_DP0 pid=1) INFO 12-03 18:00:02 [gpu_model_runner.py:1] Starting to "
+                                 "load model /m...")]
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils import memory
+
+    monkeypatch.setattr(memory, "read", lambda: {"available_bytes": 512 * 2**20})
+    rc, res = run(vllm_boot, {"poll_seconds": 2, "min_free_memory_mib": 2048, "memory_grace": 0,
+                              "state_dir": str(tmp_path)})
+    assert rc == 1 and "memory watchdog: 0.5 GiB free on the head" in res["msg"] and "weights loading" in res["msg"]
+    assert serve.stopped
+
+
+SERVE = {"image": "img:1", "model_path": "/models/m", "served_model_name": "m", "tensor_parallel_size": 4,
+         "host": "10.0.0.1", "ray_address": "10.0.0.1:6379", "extra_args": ["--gpu-memory-utilization", "0.85"],
+         "api_key": "canary-0f1e2d3c"}
+
+
+def test_vllm_server_predicts_in_check_mode_with_a_diff_that_hides_the_key(engine):
+    rc, res = run(vllm_server, SERVE, check_mode=True)
+    assert rc == 0 and res["changed"] is True and engine.containers.runs == []
+    assert res["diff"]["before"] == {}
+    assert res["diff"]["after"]["environment"]["VLLM_API_KEY"] == "(set, not shown)"
+    assert "canary-0f1e2d3c" not in json.dumps(res)
+
+
+def test_vllm_server_starts_once_passes_the_key_by_env_and_then_changes_nothing(engine):
+    rc, res = run(vllm_server, SERVE)
+    assert rc == 0 and res["changed"] is True and len(engine.containers.runs) == 1
+    started = engine.containers.runs[0]
+    assert started["environment"]["VLLM_API_KEY"] == "canary-0f1e2d3c"
+    assert "canary-0f1e2d3c" not in json.dumps(started["command"]) and "canary-0f1e2d3c" not in json.dumps(res)
+    rc, res = run(vllm_server, SERVE)
+    assert rc == 0 and res["changed"] is False and len(engine.containers.runs) == 1
+    # An edited flag: the diff names it, as running and as declared.
+    edited = dict(SERVE, extra_args=["--gpu-memory-utilization", "0.80"])
+    rc, res = run(vllm_server, edited, check_mode=True)
+    assert rc == 0 and res["changed"] is True and len(engine.containers.runs) == 1
+    before, after = res["diff"]["before"], res["diff"]["after"]
+    assert before["command"][-1] == "0.85" and after["command"][-1] == "0.80"
+    assert before["environment"] == after["environment"]  # the image's own PATH is not the container's
