@@ -4,6 +4,8 @@ import datetime
 import json
 import time
 
+import pytest
+
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, memory, vllm_logs
 from ansible_collections.sparkfleet.vllm.plugins.modules import vllm_boot
 
@@ -88,34 +90,25 @@ def test_a_container_from_another_boot_starts_a_fresh_reader():
     assert follower.cursor is None and follower.reader.facts()["phases"] == []
 
 
-def test_an_exited_container_or_an_engine_failure_stops_the_follow():
+@pytest.mark.parametrize("line, status, reason", [
+    ("(EngineCore_DP0 pid=1) ERROR 12-03 18:00:01 [core.py:1] EngineCore failed to start.", "running",
+     "EngineCore failed to start"),
+    ("INFO 12-03 18:00:01 [api_server.py:1] vLLM server version 0.34.0, serving model /m", "exited",
+     "the serve container is exited"),
+])
+def test_an_engine_failure_or_an_exited_container_stops_the_follow(line, status, reason):
     log = DockerLog()
-    log.write(1 * 10**9, "(EngineCore_DP0 pid=1) ERROR 12-03 18:00:01 [core.py:1] EngineCore failed to start.")
-    follower = vllm_boot.Follower(log, {}, memory.Watchdog(0, 15), 0)
-    try:
+    log.write(1 * 10**9, line)
+    log.status = status
+    follower = vllm_boot.Follower(log, {}, memory.Watchdog(0, 15), time.time())
+    with pytest.raises(vllm_boot.WaitAborted, match=reason):
         vllm_boot.poll(follower, None, poll_seconds=0, deadline_s=100, interval=0)
-    except vllm_boot.WaitAborted as exc:
-        assert "EngineCore failed to start" in str(exc)
-    else:
-        raise AssertionError("an engine failure must abort the follow")
-    log2 = DockerLog()
-    log2.status = "exited"
-    follower = vllm_boot.Follower(log2, {}, memory.Watchdog(0, 15), 0)
-    try:
-        vllm_boot.poll(follower, None, poll_seconds=0, deadline_s=100, interval=0)
-    except vllm_boot.WaitAborted as exc:
-        assert "the serve container is exited" in str(exc)
-    else:
-        raise AssertionError("an exited container must abort the follow")
 
 
 def test_the_startup_timeout_counts_from_the_container_start():
     log = DockerLog()
     log.write(1 * 10**9, "INFO 12-03 18:00:01 [api_server.py:1] vLLM server version 0.21.0, serving model /m")
     follower = vllm_boot.Follower(log, {}, memory.Watchdog(0, 15), started=0)  # started at the epoch: long ago
-    try:
+    with pytest.raises(vllm_boot.WaitAborted, match=r"not serving 7200 s after the container started .*engine "
+                                                    r"starting"):
         vllm_boot.poll(follower, None, poll_seconds=0, deadline_s=7200, interval=0)
-    except vllm_boot.WaitAborted as exc:
-        assert "not serving 7200 s after the container started" in str(exc) and "engine starting" in str(exc)
-    else:
-        raise AssertionError("a boot past startup_timeout must fail")
