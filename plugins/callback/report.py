@@ -10,7 +10,8 @@ version_added: 0.1.0
 description:
   - While a task of the collection polls (a vLLM boot being followed), prints each poll's C(progress) line,
     so that a long step is never silent.
-  - Prints the bytes, time and rate of every image and weights transfer when it ends.
+  - Prints the bytes, time and rate of every image and weights transfer when it ends (the lines of
+    M(sparkfleet.vllm.chain_progress) report them while it runs).
   - When the run ends, successful or not, prints one table row per node (image ID, weights revision, Ray
     state) and per endpoint (address, resolved backends, verdict), with the task that failed if one did. It
     writes the same as JSON and prints the file's path.
@@ -125,8 +126,10 @@ class CallbackModule(CallbackBase):
                             backends=_backends(res.get("kernels")), verdict="failed" if failed else "coherent",
                             reason=str(res.get("msg", "")).splitlines()[0][:300] if failed else None)
         transfer = res.get("transfer")
-        if action in ("image_sync", "weights_distribute") and isinstance(transfer, dict) and transfer.get("bytes"):
-            entry = dict(_rate(transfer), host=host, what="image" if action == "image_sync" else "weights")
+        if action in ("image_sync", "weights_distribute", "chain_progress") and isinstance(transfer, dict) \
+                and transfer.get("bytes"):
+            what = res.get("what") or ("image" if action == "image_sync" else "weights")
+            entry = dict(_rate(transfer), host=host, what=what)
             self.transfers.append(entry)
             self._display.display("  %s sent the %s down the chain: %.2f GiB in %.1f s, %s MiB/s" % (
                 host, entry["what"], entry["bytes"] / 2**30, entry["seconds"], entry["mib_per_s"]))

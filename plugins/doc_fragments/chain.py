@@ -36,4 +36,9 @@ options:
     description: Seconds to wait for a connection.
     type: int
     default: 900
+  progress_file:
+    description:
+      - For C(send) run with C(async), a file on this node where the transfer's bytes, total and state are
+        kept while it runs, for M(sparkfleet.vllm.chain_progress) to report.
+    type: path
 """

@@ -14,6 +14,8 @@ bytes, with a sha256 computed on the fly at every hop so the ends can be compare
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import queue
 import socket
 import subprocess
@@ -148,8 +150,56 @@ def receive(port, session, sink_argv, forward=None, bind="0.0.0.0", accept_timeo
             "seconds": round(time.monotonic() - start, 3)}
 
 
-def send(source_argv, host, port, session, connect_timeout=300):
-    """Run ``source_argv`` and stream its stdout to the first node of the chain."""
+class Progress:
+    """A transfer's progress, kept in a small JSON file that a poll on the same node reads while the transfer
+    runs in the background: {session, state, bytes, total, seconds, updated, error, result}.
+
+    Writes are atomic (temporary file, then rename) and at most one a second, so a reader never sees half a
+    file and a fast stream is not slowed by its own reporting. ``path`` None reports nothing.
+    """
+
+    def __init__(self, path, session, total=None, clock=time):
+        self.path, self.session, self.total, self.clock = path, session, total, clock
+        self.start = clock.time()
+        self.last = 0.0
+        self._write("starting", 0)
+
+    def _write(self, state, nbytes, **extra):
+        if not self.path:
+            return
+        now = self.clock.time()
+        doc = dict(session=self.session, state=state, bytes=nbytes, total=self.total, started=self.start,
+                   seconds=round(now - self.start, 3), updated=now, **extra)
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump(doc, fh)
+        os.replace(tmp, self.path)
+        self.last = now
+
+    def update(self, nbytes):
+        if self.path and self.clock.time() - self.last >= 1.0:
+            self._write("running", nbytes)
+
+    def finish(self, result):
+        self._write("done", result.get("bytes", 0), result=result)
+
+    def fail(self, message, nbytes=0):
+        self._write("failed", nbytes, error=message)
+
+
+def read_progress(path, session):
+    """The progress file of ``session`` at ``path``; None while there is none (or only an older session's)."""
+    try:
+        with open(path) as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return doc if doc.get("session") == session else None
+
+
+def send(source_argv, host, port, session, connect_timeout=300, progress=None):
+    """Run ``source_argv`` and stream its stdout to the first node of the chain (reporting to ``progress``)."""
     sock = _connect(host, int(port), connect_timeout)
     start = time.monotonic()
     src = subprocess.Popen(source_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -163,6 +213,8 @@ def send(source_argv, host, port, session, connect_timeout=300):
             sock.sendall(chunk)
             digest.update(chunk)
             total += len(chunk)
+            if progress is not None:
+                progress.update(total)
     except OSError as exc:
         src.kill()
         raise ChainError("%s:%s closed the stream after %d bytes: %s" % (host, port, total, exc)) from exc
@@ -188,4 +240,5 @@ def argument_spec(port):
         forward_host=dict(type="str", default=""),
         target_host=dict(type="str", default=""),
         timeout=dict(type="int", default=900),
+        progress_file=dict(type="path"),
     )

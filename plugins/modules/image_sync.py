@@ -72,6 +72,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.stream_chain import (
     ChainError,
+    Progress,
     argument_spec,
     receive,
     send,
@@ -100,9 +101,19 @@ def main():
         if module.check_mode:
             module.exit_json(changed=True, diff=diff if p["action"] == "receive" else {})
         if p["action"] == "send":
+            progress = Progress(p["progress_file"], p["image_id"])
             if local != p["image_id"]:
-                module.fail_json(msg="this node has %s as %s, not the wanted %s" % (p["image"], local, p["image_id"]))
-            result = send(["docker", "save", p["image"]], p["target_host"], p["port"], p["image_id"], p["timeout"])
+                msg = "this node has %s as %s, not the wanted %s" % (p["image"], local, p["image_id"])
+                progress.fail(msg)
+                module.fail_json(msg=msg)
+            progress.total = cli.images.get(p["image"]).attrs.get("Size")  # about what docker save streams
+            try:
+                result = send(["docker", "save", p["image"]], p["target_host"], p["port"], p["image_id"],
+                              p["timeout"], progress=progress)
+            except (ChainError, OSError) as exc:
+                progress.fail(str(exc))
+                raise
+            progress.finish(result)
             module.exit_json(changed=True, transfer=result)
         forward = (p["forward_host"], p["port"]) if p["forward_host"] else None
         result = receive(p["port"], p["image_id"], ["docker", "load"], forward=forward,

@@ -87,6 +87,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils.checkpoint import 
 )
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.stream_chain import (
     ChainError,
+    Progress,
     argument_spec,
     receive,
     send,
@@ -141,14 +142,23 @@ def main():
         module.exit_json(changed=True)
     try:
         if p["action"] == "send":
+            progress = Progress(p["progress_file"], p["session"])
             report = verify_snapshot(hub, repo, rev)
             if not report["ok"] or report["digest"] != p["session"]:
-                module.fail_json(msg="the seed's snapshot is not the verified one: %s" % "; ".join(report["problems"]))
+                msg = "the seed's snapshot is not the verified one: %s" % "; ".join(report["problems"])
+                progress.fail(msg)
+                module.fail_json(msg=msg)
             base = os.path.basename(rdir)
             paths = ["%s/blobs/%s" % (base, b) for b in sorted(set(report["files"].values())) if b]
             paths.append("%s/snapshots/%s" % (base, rev))
-            result = send(["tar", "-C", hub, "-cf", "-"] + paths, p["target_host"], p["port"], p["session"],
-                          p["timeout"])
+            progress.total = report["total_bytes"]
+            try:
+                result = send(["tar", "-C", hub, "-cf", "-"] + paths, p["target_host"], p["port"], p["session"],
+                              p["timeout"], progress=progress)
+            except (ChainError, OSError) as exc:
+                progress.fail(str(exc))
+                raise
+            progress.finish(result)
             module.exit_json(changed=True, transfer=result)
         os.makedirs(hub, exist_ok=True)
         before = verify_snapshot(hub, repo, rev).get("files") or {}

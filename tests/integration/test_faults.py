@@ -152,11 +152,27 @@ def test_corrupt_shard_on_a_worker_is_found_and_repaired():
                                       "truncate -s -64 $f; echo $f")
     blob = res.stdout.strip()
     assert blob, res.stderr
-    rc, out = deploy()
+    # The head's link is throttled (tc tbf, 8 Mbit/s) so that the repair's transfer lasts several seconds, and
+    # is reported every 2 s while it runs.
+    shaped = node_exec(HEAD, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "8mbit", "burst", "32kbit",
+                       "latency", "400ms")
+    assert shaped.returncode == 0, shaped.stderr
+    try:
+        rc, out = deploy({"weights_poll_seconds": 2})
+    finally:
+        node_exec(HEAD, "tc", "qdisc", "del", "dev", "eth0", "root")
     assert rc == 0, out[-4000:]
     assert "Receive the weights stream" in out
     check = node_exec(node, "sh", "-c", f"sha256sum < {blob} | cut -d' ' -f1")
     assert check.stdout.strip() == blob.rsplit("/", 1)[1]
+    # Bytes, share and rate while it ran, then the whole transfer's figures in the run's report.
+    prefix = "  [sim-spark-00] weights: "
+    lines = [line[len(prefix):] for line in out.splitlines() if line.startswith(prefix)]
+    shares = [int(line.split("%", 1)[0].rsplit(" ", 1)[1]) for line in lines if "% ," in line or "%," in line]
+    assert len(shares) >= 2 and shares == sorted(shares) and 0 < shares[-1] < 100, lines
+    assert all("MiB/s" in line for line in lines)
+    (sent,) = [t for t in run_report(out)["transfers"] if t["what"] == "weights"]
+    assert sent["host"] == "sim-spark-00" and sent["bytes"] > 0 and sent["mib_per_s"] < 1.5
 
 
 def test_bad_topology_fails_before_touching_a_node():
