@@ -51,6 +51,11 @@ def _rate(transfer):
     return {"bytes": size, "seconds": round(secs, 1), "mib_per_s": round(size / 2**20 / secs, 1) if secs else None}
 
 
+def _first_line(msg, limit=500):
+    lines = str(msg or "").strip().splitlines()
+    return lines[0][:limit] if lines else ""
+
+
 def _backends(kernels):
     return {k["fact"]: k.get("found") for k in kernels or () if k.get("found")}
 
@@ -90,7 +95,7 @@ class CallbackModule(CallbackBase):
 
     def _failure(self, result, msg):
         self.failures.append({"host": result._host.get_name(), "task": result._task.get_name(),
-                              "msg": str(msg).splitlines()[0][:500] if msg else ""})
+                              "msg": _first_line(msg) or "failed (the task gave no message)"})
 
     def _node(self, host):
         return self.nodes.setdefault(host, {"image_id": None, "weights_revision": None, "weights_digest": None,
@@ -99,7 +104,7 @@ class CallbackModule(CallbackBase):
     def _read(self, result, failed):
         host, res, action = result._host.get_name(), result._result, _action(result._task)
         if failed:
-            self._failure(result, res.get("msg", ""))
+            self._failure(result, res.get("msg") or res.get("progress"))
         if action is None or res.get("skipped"):
             return
         node = self._node(host) if action in ("vllm_image", "image_sync", "weights_verify", "ray_node",
@@ -111,8 +116,8 @@ class CallbackModule(CallbackBase):
         elif action == "weights_verify" and res.get("snapshot_path"):
             node["weights_revision"] = os.path.basename(res["snapshot_path"].rstrip("/"))
             node["weights_digest"] = res.get("digest")
-        elif action == "ray_node" and "attempts" in res:
-            node["ray"] = "failed" if failed else "running"
+        elif action == "ray_node" and ("attempts" in res or res.get("failed")):
+            node["ray"] = "failed" if res.get("failed") else "running"
         elif action == "ray_gate" and res.get("summary"):
             summary = res["summary"]
             node["ray"] = "head; cluster %s nodes alive, %s dead, %s GPUs" % (
@@ -123,8 +128,9 @@ class CallbackModule(CallbackBase):
         elif action == "vllm_check":
             endpoint = self.endpoints.setdefault(host, {})
             endpoint.update(url=res.get("invocation", {}).get("module_args", {}).get("url"),
-                            backends=_backends(res.get("kernels")), verdict="failed" if failed else "coherent",
-                            reason=str(res.get("msg", "")).splitlines()[0][:300] if failed else None)
+                            backends=_backends(res.get("kernels")),
+                            verdict="failed" if res.get("failed") else "coherent",
+                            reason=_first_line(res.get("msg"), 300) if res.get("failed") else None)
         transfer = res.get("transfer")
         if action in ("image_sync", "weights_distribute", "chain_progress") and isinstance(transfer, dict) \
                 and transfer.get("bytes"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import re
 
 try:
     import docker
@@ -199,61 +200,75 @@ def started_at(container):
 
 
 def logs_after(container, cursor):
-    """The log lines written after ``cursor`` and the cursor that follows them.
+    """The log entries written after ``cursor``, as [(ns, text)], and the cursor that follows them.
 
-    ``cursor`` is plain data (``None`` at first): the last line's timestamp and how many lines carried it.
-    Docker's ``since`` counts whole seconds, so at most a second of lines is fetched again, and dropped here
-    by timestamp; no line is returned twice and none is skipped, however long the log grows.
+    ``cursor`` is plain data (``None`` at first): ``since``, a whole second, and ``skip``, how many of the
+    entries Docker returns for ``since`` were read already. Docker filters on each entry's own timestamp
+    (at or after ``since``) and returns entries in the order it stored them, so skipping that many is exact
+    even where stdout and stderr interleave out of timestamp order. The next ``since`` lies a second before
+    the newest entry, so an entry stamped a little earlier than one stored before it is not lost. A line
+    without a stamp (a piece of an entry that held a newline) belongs to the entry before it.
     """
-    cursor = cursor or {"ns": 0, "same": 0}
+    cursor = cursor or {"since": 0, "skip": 0}
     kwargs = {"stdout": True, "stderr": True, "timestamps": True}
-    if cursor["ns"]:
-        kwargs["since"] = cursor["ns"] // 10**9
+    if cursor["since"]:
+        kwargs["since"] = cursor["since"]
     raw = container.logs(**kwargs).decode(errors="replace")
-    out, last, same = [], cursor["ns"], cursor["same"]
-    seen_at_last = 0
-    for line in raw.splitlines(keepends=True):
+    entries = []
+    for line in raw.split("\n")[:-1] if raw.endswith("\n") else raw.split("\n"):
         stamp, _sp, text = line.partition(" ")
         try:
-            ns = _stamp_ns(stamp)
-        except ValueError:  # a line without its stamp: a continuation Docker did not split
-            out.append(line)
-            continue
-        if ns < cursor["ns"]:
-            continue
-        if ns == cursor["ns"]:
-            seen_at_last += 1
-            if seen_at_last <= cursor["same"]:
-                continue
-        if ns == last:
-            same += 1
-        else:
-            last, same = ns, 1
-        out.append(text)
-    return "".join(out), {"ns": last, "same": same}
+            entries.append([_stamp_ns(stamp), text + "\n"])
+        except ValueError:
+            if entries:
+                entries[-1][1] += line + "\n"
+            else:
+                entries.append([cursor["since"] * 10**9, line + "\n"])
+    new = entries[cursor["skip"]:]
+    if not entries:
+        return [], cursor
+    since = max(0, max(ns for ns, _text in entries) // 10**9 - 1)
+    return [tuple(e) for e in new], {"since": since, "skip": sum(1 for ns, _text in entries if ns >= since * 10**9)}
 
 
 def _env_dict(items):
     return dict(str(item).partition("=")[::2] for item in items or ())
 
 
-def declared(cli, container, hidden=()):
-    """What a running container was declared with, in the form ``diff_view`` gives a spec: its image, its
-    command and the environment it was given (the image's own variables left out, ``hidden`` names shown
-    only as set). Empty for no container."""
-    if container is None:
-        return {}
-    config = container.attrs.get("Config") or {}
-    try:
-        image_env = _env_dict((cli.images.get(config.get("Image")).attrs.get("Config") or {}).get("Env"))
-    except (APIError, DockerException):
-        image_env = {}
-    env = {k: v for k, v in _env_dict(config.get("Env")).items() if image_env.get(k) != v}
-    return diff_view({"image": config.get("Image"), "command": config.get("Cmd"), "environment": env}, hidden)
+# Environment names whose values a diff never shows (API keys, tokens, passwords, credentials).
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL", re.I)
 
 
-def diff_view(spec, hidden=()):
-    """The parts of a container spec a user compares in ``--diff``: image, command, environment; the values
-    of ``hidden`` variables (secrets) are never shown, only whether they are set."""
-    env = {k: ("(set, not shown)" if k in hidden else str(v)) for k, v in (spec.get("environment") or {}).items()}
-    return {"image": spec.get("image"), "command": list(spec.get("command") or []), "environment": env}
+def container_diff(cli, existing, spec):
+    """``{"before", "after"}`` for ``--diff``: the image, command and environment of the running container
+    and of the declared ``spec``. Variables whose value is the image's own default are left out of both
+    sides. A secret (SECRET_NAME) shows only as set, or as changed when its value differs."""
+    before, before_env, image_env = {}, {}, {}
+    if existing is not None:
+        config = existing.attrs.get("Config") or {}
+        try:
+            image_env = _env_dict((cli.images.get(config.get("Image")).attrs.get("Config") or {}).get("Env"))
+        except (APIError, DockerException):
+            image_env = {}
+        before_env = _env_dict(config.get("Env"))
+        before = {"image": config.get("Image"), "command": list(config.get("Cmd") or [])}
+    after_env = {k: str(v) for k, v in (spec.get("environment") or {}).items()}
+
+    def shown(env, other):
+        out = {}
+        for name, value in sorted(env.items()):
+            if image_env.get(name) == value:
+                continue
+            if not SECRET_NAME.search(name):
+                out[name] = value
+            elif other is not None and name in other and other[name] != value:
+                out[name] = "(set, changed)"
+            else:
+                out[name] = "(set, not shown)"
+        return out
+
+    after = {"image": spec.get("image"), "command": list(spec.get("command") or []),
+             "environment": shown(after_env, before_env if existing is not None else None)}
+    if existing is not None:
+        before["environment"] = shown(before_env, None)
+    return {"before": before, "after": after}

@@ -154,7 +154,7 @@ PATTERNS = {
 }
 
 PHASES = ("weights_loaded", "model_loaded", "engine_ready", "app_started")
-# Phases of the boot's progress report (stage()); they do not count as the boot's finished steps.
+# Steps of the boot's progress report (stage()); recorded in "phases" too, in the order they were reached.
 PROGRESS = ("ray_placement", "load_started", "graph_capture")
 
 # The releases whose logger calls were read (tests/tools/vllm_fixtures.py RELEASES).

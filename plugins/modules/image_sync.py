@@ -31,7 +31,8 @@ attributes:
     details: C(check) runs; C(receive) and C(send) predict C(changed=true) and move nothing.
   diff_mode:
     support: partial
-    details: C(receive) shows this node's image ID before and after; C(check) and C(send) change nothing here.
+    details: C(receive) shows this node's image ID before and after, in a run with C(--diff) (the role reads
+      it through C(async_status)); C(check) and C(send) change nothing here.
   idempotent:
     support: full
 requirements:

@@ -73,15 +73,19 @@ summary:
   sample: {alive: 4, dead: 0, gpus: 4, alive_ips: [172.29.0.10], dead_ips: []}
 waited_s:
   description: Seconds spent waiting (since O(started_at) when given).
-  returned: success
+  returned: success, not in check mode
   type: float
 done:
   description: Whether the gate is passed.
-  returned: success
+  returned: success, not in check mode
+  type: bool
+ready:
+  description: Whether the one read made in check mode passes the gate.
+  returned: in check mode, when the head's Ray container exists
   type: bool
 progress:
   description: What the last read saw, for the play's output.
-  returned: success
+  returned: success, not in check mode
   type: str
   sample: "Ray gate: 3/4 nodes alive, 3/4 GPUs; not joined: 172.29.0.13 (25 s)"
 """

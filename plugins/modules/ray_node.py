@@ -99,8 +99,8 @@ attributes:
   diff_mode:
     support: full
     details:
-      - The Ray container's image, command line and environment, as running and as declared; a secret shows
-        only as set.
+      - The Ray container's image, command line and environment, as running and as declared; a variable named
+        like a secret (KEY, TOKEN, SECRET, PASSWORD, CREDENTIAL) shows only as set or changed.
   idempotent:
     support: full
 extends_documentation_fragment:
@@ -174,10 +174,6 @@ def joined(container, ip):
     return probe, predicate
 
 
-# Secrets in a Ray container's environment: a diff says whether they are set, never their value.
-HIDDEN = ("RAY_AUTH_TOKEN", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
-
-
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -227,7 +223,7 @@ def main():
                     module.exit_json(changed=False, container_id=existing.id, attempts=0)
             except _docker.DockerFailure:
                 pass  # running but not answering: restart below
-        diff = {"before": _docker.declared(cli, existing, HIDDEN), "after": _docker.diff_view(spec, HIDDEN)}
+        diff = _docker.container_diff(cli, existing, spec)
         if module.check_mode:
             module.exit_json(changed=True, attempts=0, diff=diff)
         _docker.ensure_volume(cli, p["ray_tmp_volume"], tmp_volume_opts(p["ray_tmp_size"]))

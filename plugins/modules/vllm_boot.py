@@ -17,7 +17,8 @@ description:
     prints each poll's RV(progress).
   - Fails at once, with the stage reached and the last log lines, when the container exits, when vLLM logs
     an engine failure or a dead Ray worker, when the boot outlasts O(startup_timeout) (counted from the
-    container's start), or when the head's memory watchdog fires (the container is then stopped).
+    container's start), or when the head's memory watchdog fires. In the last two cases the container is
+    stopped (not in check mode), so that the next deploy starts a fresh boot.
   - Between polls it keeps the log reader's state and the log position in a file under O(state_dir), keyed
     by the container's ID, so no poll reads the log again from its start.
 options:
@@ -56,13 +57,14 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Reads only; in check mode the follower's position is not saved.
+    details: Reads only in check mode; the follower's position is not saved and a starving or overdue boot is
+      reported but not stopped.
   diff_mode:
     support: N/A
     details: Changes nothing.
   idempotent:
     support: full
-    details: Never changes the container; the watchdog stopping a starving boot is reported as a failure.
+    details: Changes the container only to stop a starving or overdue boot, which it reports as a failure.
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
   - sparkfleet.vllm.docker
@@ -88,21 +90,23 @@ done:
   type: bool
 stage:
   description: Where the boot stands.
-  returned: always
+  returned: when the container exists
   type: str
   sample: weights loading, 3 of 8 shards
 progress:
   description: One line for the play's output, the stage and the seconds since the container started.
-  returned: always
+  returned: success
   type: str
   sample: "vllm serve on 192.168.0.10: weights loading, 3 of 8 shards (412 s)"
 elapsed_s:
   description: Seconds since the container started.
-  returned: always
+  returned: success
   type: float
 boot:
-  description: Facts read from the startup log so far (phases reached, load seconds, KV cache, kernels chosen).
-  returned: always
+  description:
+    - Facts read from the startup log so far (phases reached, load seconds, KV cache, kernels chosen);
+      C(boot_s) once vLLM serves, the seconds from the container's start to the line that says so.
+  returned: when the container exists
   type: dict
 """
 
@@ -125,21 +129,35 @@ class Follower:
         self.reader = vllm_logs.LogReader(saved.get("reader") if same else None)
         self.cursor = saved.get("cursor") if same else None
         self.watchdog.low_since = saved.get("low_since") if same else None
+        self.served_at = saved.get("served_at") if same else None
 
     def saved(self):
         return {"id": self.container.id, "reader": self.reader.state(), "cursor": self.cursor,
-                "low_since": self.watchdog.low_since}
+                "low_since": self.watchdog.low_since, "served_at": self.served_at}
 
     def probe(self):
         self.container.reload()
-        text, self.cursor = _docker.logs_after(self.container, self.cursor)
-        facts = self.reader.feed(text).facts()
+        entries, self.cursor = _docker.logs_after(self.container, self.cursor)
+        for ns, text in entries:
+            self.reader.feed(text)
+            if self.served_at is None and "app_started" in self.reader.raw["phases"]:
+                self.served_at = ns / 1e9  # when vLLM logged it serves, by Docker's own clock
+        facts = self.reader.facts()
         return {"status": self.container.status, "facts": facts, "free": memory.read()["available_bytes"],
                 "now": time.time()}
 
 
-def poll(follower, first_stage, poll_seconds, deadline_s, interval=2):
-    """Read until the stage changes, vLLM serves, or ``poll_seconds`` pass; raise WaitAborted on a failure."""
+def poll(follower, first_stage, poll_seconds, deadline_s, interval=2, check_mode=False):
+    """Read until the stage changes, vLLM serves, or ``poll_seconds`` pass; raise WaitAborted on a failure.
+
+    A boot that starves the head or outlasts ``deadline_s`` is stopped (never in check mode), so that the
+    next deploy starts a fresh one instead of finding the stuck container and failing on it again.
+    """
+
+    def stop():
+        if not check_mode:
+            follower.container.stop(timeout=10)
+        return "the boot was stopped" if not check_mode else "check mode: the boot was left running"
 
     def predicate(obs):
         facts = obs["facts"]
@@ -151,14 +169,13 @@ def poll(follower, first_stage, poll_seconds, deadline_s, interval=2):
             return True, facts["stage"]
         low = follower.watchdog.observe(obs["free"], obs["now"])
         if low:
-            follower.container.stop(timeout=10)
             raise WaitAborted(
-                "memory watchdog: %s while %s; the boot was stopped before the head thrashes. Free memory on "
-                "the head (stop other processes, drop caches), or lower --gpu-memory-utilization / "
-                "--max-model-len in the recipe" % (low, facts["stage"]))
+                "memory watchdog: %s while %s; %s before the head thrashes. Free memory on the head (stop other "
+                "processes, drop caches), or lower --gpu-memory-utilization / --max-model-len in the recipe"
+                % (low, facts["stage"], stop()))
         if obs["now"] - follower.started > deadline_s:
             raise WaitAborted("not serving %d s after the container started (startup_timeout); the boot stands "
-                              "at: %s" % (deadline_s, facts["stage"]))
+                              "at: %s; %s" % (deadline_s, facts["stage"], stop()))
         return facts["stage"] != first_stage, facts["stage"]
 
     try:
@@ -198,7 +215,7 @@ def main():
         follower = Follower(container, saved, watchdog, _docker.started_at(container))
         first = follower.reader.facts()["stage"] if saved.get("id") == container.id else None
         try:
-            facts = poll(follower, first, p["poll_seconds"], p["startup_timeout"])
+            facts = poll(follower, first, p["poll_seconds"], p["startup_timeout"], check_mode=module.check_mode)
         except WaitAborted as exc:
             facts = follower.reader.facts()
             module.fail_json(msg="vllm serve on %s failed to boot: %s\n--- last log lines ---\n%s"
@@ -207,9 +224,8 @@ def main():
         elapsed = round(time.time() - follower.started, 1)
         done = "app_started" in facts["phases"]
         state = follower.saved()
-        if done:  # the boot's length is what the first poll that saw it serving measured
-            state["boot_s"] = facts["boot_s"] = saved.get("boot_s", elapsed) if saved.get("id") == container.id \
-                else elapsed
+        if done and follower.served_at:  # from the container's start to the line that says it serves
+            facts["boot_s"] = round(follower.served_at - follower.started, 1)
         if not module.check_mode:
             os.makedirs(p["state_dir"], exist_ok=True)
             tmp = path + ".tmp"

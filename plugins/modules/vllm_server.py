@@ -83,7 +83,8 @@ attributes:
     support: full
     details:
       - The serve container's image, C(vllm serve) command line and environment, as running and as declared;
-        a secret shows only as set.
+        a variable named like a secret (KEY, TOKEN, SECRET, PASSWORD, CREDENTIAL) shows only as set or
+        changed.
   idempotent:
     support: full
 extends_documentation_fragment:
@@ -123,9 +124,6 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, vllm_logs
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.serve_plan import serve_argv
-
-# Secrets in the serve container's environment: a diff says whether they are set, never their value.
-HIDDEN = ("VLLM_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "RAY_AUTH_TOKEN")
 
 
 def main():
@@ -183,7 +181,7 @@ def main():
         if not _docker.needs_change(state, digest) and not vllm_logs.parse(_docker.logs(existing))["errors"]:
             module.exit_json(changed=False, container_id=existing.id, argv=argv)
         run_spec = dict(spec, environment=dict(env, VLLM_API_KEY=p["api_key"]) if p["api_key"] else env)
-        diff = {"before": _docker.declared(cli, existing, HIDDEN), "after": _docker.diff_view(run_spec, HIDDEN)}
+        diff = _docker.container_diff(cli, existing, run_spec)
         if module.check_mode:
             module.exit_json(changed=True, argv=argv, diff=diff)
         container = _docker.replace(cli, name, run_spec, "vllm-serve", digest=digest)

@@ -32,8 +32,9 @@ attributes:
     details: C(check) runs read-only; C(receive) and C(send) predict C(changed=true) and move nothing.
   diff_mode:
     support: partial
-    details: C(receive) shows the snapshot's file-to-blob manifest on this node before and after; in check
-      mode nothing is received, so nothing is compared.
+    details: C(receive) shows the snapshot's file-to-blob manifest on this node before and after, in a run
+      with C(--diff) (the role reads it through C(async_status)); in check mode nothing is received, so
+      nothing is compared.
   idempotent:
     support: full
 extends_documentation_fragment:
@@ -161,7 +162,8 @@ def main():
             progress.finish(result)
             module.exit_json(changed=True, transfer=result)
         os.makedirs(hub, exist_ok=True)
-        before = verify_snapshot(hub, repo, rev).get("files") or {}
+        # The listing the diff shows: no hashing here, the listener must bind before the sender gives up.
+        before = verify_snapshot(hub, repo, rev, hash_blobs=False, use_manifest=False).get("files") or {}
         free = shutil.disk_usage(hub).free
         if p["total_bytes"] and free < p["total_bytes"] * 1.05:
             module.fail_json(msg="not enough disk for %s in %s: %d bytes free, %d needed; free space there or point "

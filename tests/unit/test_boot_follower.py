@@ -33,6 +33,9 @@ class DockerLog:
     def reload(self):
         pass
 
+    def stop(self, timeout=10):
+        self.status = "exited"
+
     def logs(self, stdout, stderr, timestamps, since=None):
         assert stdout and stderr and timestamps
         first = (since - EPOCH.timestamp()) * 10**9 if since else 0
@@ -41,21 +44,50 @@ class DockerLog:
         return "".join(out).encode()
 
 
+def read_all(log, polls_at, writes):
+    """Apply ``writes`` (ns, text) one by one, polling after the indices in ``polls_at``; every text read."""
+    cursor, got = None, []
+    for i, (ns, text) in enumerate(writes):
+        log.write(ns, text)
+        if i in polls_at:
+            entries, cursor = _docker.logs_after(log, json.loads(json.dumps(cursor)))
+            got += [text for _ns, text in entries]
+    entries, cursor = _docker.logs_after(log, cursor)
+    return got + [text for _ns, text in entries]
+
+
 def test_every_line_once_across_polls_even_within_one_second_and_one_nanosecond():
-    log, cursor, got = DockerLog(), None, []
-    t = 5 * 10**9
-    for i in range(30):
-        log.write(t + i * 10**8, "line %d" % i)  # ten lines a second
+    log, t, writes = DockerLog(), 5 * 10**9, []
+    for i in range(300):
+        writes.append((t + i * 10**8, "line %d" % i))  # ten lines a second
         if i % 7 == 0:
-            log.write(t + i * 10**8, "twin %d" % i)  # a second line with the very same timestamp
-        if i % 4 == 0:
-            text, cursor = _docker.logs_after(log, json.loads(json.dumps(cursor)))
-            got += text.splitlines()
-    text, cursor = _docker.logs_after(log, cursor)
-    got += text.splitlines()
-    assert got == [text for _ns, text in log.lines]
-    # Each poll asked only for the last second again, never for the whole log.
-    assert log.served < 2 * len(log.lines) + 20
+            writes.append((t + i * 10**8, "twin %d" % i))  # a second line with the very same timestamp
+    got = read_all(log, set(range(0, len(writes), 4)), writes)
+    assert got == ["%s\n" % text for _ns, text in writes]
+    # Each poll asked only for the last two seconds again (20 lines), never for the whole log (which would
+    # serve 15,049 lines over these 86 polls).
+    assert log.served < len(writes) + 86 * 25
+
+
+def test_stdout_and_stderr_stored_out_of_timestamp_order_are_read_once_each():
+    """Docker stamps each stream's lines itself; a stderr line may be stored after a later-stamped one."""
+    t = 9 * 10**9
+    # c and g are stored after a line stamped in the next second; e within the same second.
+    writes = [(t, "a"), (t + 11 * 10**8, "b"), (t + 95 * 10**7, "c (stderr, stamped earlier)"), (t + 14 * 10**8, "d"),
+              (t + 12 * 10**8, "e (stderr)"), (t + 30 * 10**8, "f"), (t + 29 * 10**8, "g (stderr)")]
+    for polls in ({0}, {1}, {2}, {1, 3}, {0, 1, 2, 3, 4, 5, 6}, {4}, {5}):
+        got = read_all(DockerLog(), polls, writes)
+        assert got == ["%s\n" % text for _ns, text in writes], polls
+
+
+def test_a_carriage_return_stays_inside_its_line():
+    """tqdm bars come as "(EngineCore pid=1) \rLoading ... 0/2": one entry, read once, never split."""
+    writes = [(10**9, "(EngineCore pid=1) \rLoading safetensors checkpoint shards:   0% Completed | 0/2"),
+              (2 * 10**9, "(EngineCore pid=1) \rLoading safetensors checkpoint shards:  50% Completed | 1/2")]
+    got = read_all(DockerLog(), {0}, writes)
+    assert got == ["%s\n" % text for _ns, text in writes]
+    facts = vllm_logs.LogReader().feed("".join(got)).facts()
+    assert facts["stage"] == "weights loading, 1 of 2 shards"
 
 
 def test_a_poll_reports_the_stage_and_the_state_it_keeps_resumes_the_next():
@@ -78,7 +110,7 @@ def test_a_poll_reports_the_stage_and_the_state_it_keeps_resumes_the_next():
     facts = vllm_boot.poll(again, "weights loading, 1 of 4 shards", poll_seconds=0, deadline_s=100, interval=0)
     assert facts["stage"] == "serving" and facts["weights_loaded_s"] == 3.0
     assert facts == vllm_logs.parse("\n".join(text for _ns, text in log.lines) + "\n")
-    assert log.served - served <= 3  # the second poll read the new lines (and the last second), not the log
+    assert log.served - served <= 4  # the second poll read the new lines and the two seconds before, not the log
 
 
 def test_a_container_from_another_boot_starts_a_fresh_reader():
@@ -110,5 +142,7 @@ def test_the_startup_timeout_counts_from_the_container_start():
     log.write(1 * 10**9, "INFO 12-03 18:00:01 [api_server.py:1] vLLM server version 0.21.0, serving model /m")
     follower = vllm_boot.Follower(log, {}, memory.Watchdog(0, 15), started=0)  # started at the epoch: long ago
     with pytest.raises(vllm_boot.WaitAborted, match=r"not serving 7200 s after the container started .*engine "
-                                                    r"starting"):
+                                                    r"starting.*the boot was stopped"):
         vllm_boot.poll(follower, None, poll_seconds=0, deadline_s=7200, interval=0)
+    # Stopped, so that the next deploy starts a fresh boot instead of finding this one and failing again.
+    assert log.status == "exited"
