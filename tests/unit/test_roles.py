@@ -1,5 +1,9 @@
-"""Every role's argument specs name exactly the variables its defaults set."""
+"""Every role declares its inputs: its argument specs name exactly the variables its defaults set plus the
+variables of the collection's namespace (sparkfleet_*) that it reads. Roles pass facts to each other only
+through that namespace, which the playbooks fill from each role's published facts; no role reads another
+role's variables."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -8,11 +12,28 @@ import yaml
 ROLES = sorted(p for p in (Path(__file__).resolve().parents[2] / "roles").iterdir() if p.is_dir())
 
 
+def role_text(role):
+    return "".join(f.read_text() for sub in ("tasks", "defaults", "templates") for f in sorted((role / sub).glob("*"))
+                   if f.is_file())
+
+
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
 def test_argument_specs_match_defaults(role):
     defaults = yaml.safe_load((role / "defaults/main.yml").read_text()) or {}
+    namespace = set(re.findall(r"\bsparkfleet_[a-z0-9_]+", role_text(role)))
     specs = yaml.safe_load((role / "meta/argument_specs.yml").read_text())["argument_specs"]
     for entry, spec in specs.items():
-        assert set(spec.get("options", {})) == set(defaults), f"{role.name}:{entry}"
+        assert set(spec.get("options", {})) == set(defaults) | namespace, f"{role.name}:{entry}"
     for name in defaults:
         assert name.startswith(role.name + "_"), f"{role.name}: {name} lacks the role prefix"
+
+
+@pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
+def test_no_role_reads_another_roles_variables(role):
+    text = role_text(role)
+    for other in ROLES:
+        if other == role:
+            continue
+        hits = sorted(set(re.findall(r"(?<![\w.])_*%s_[a-z0-9_]+" % other.name, text)))  # not a module FQCN
+        assert not hits, "%s reads %s's variables %s; pass them through a sparkfleet_* fact" % (
+            role.name, other.name, hits)
