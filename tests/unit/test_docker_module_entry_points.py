@@ -176,7 +176,7 @@ def test_vllm_server_predicts_in_check_mode_with_a_diff_that_hides_the_key(engin
     assert rc == 0 and res["changed"] is True and engine.containers.runs == []
     assert res["diff"]["before"] == {}
     assert res["diff"]["after"]["environment"]["VLLM_API_KEY"] == "(set, not shown)"
-    assert "canary-0f1e2d3c" not in json.dumps(res)
+    # (The key's absence from the result proves nothing here: AnsibleModule masks no_log values itself.)
 
 
 def test_vllm_server_starts_once_passes_the_key_by_env_and_then_changes_nothing(engine):
@@ -184,7 +184,7 @@ def test_vllm_server_starts_once_passes_the_key_by_env_and_then_changes_nothing(
     assert rc == 0 and res["changed"] is True and len(engine.containers.runs) == 1
     started = engine.containers.runs[0]
     assert started["environment"]["VLLM_API_KEY"] == "canary-0f1e2d3c"
-    assert "canary-0f1e2d3c" not in json.dumps(started["command"]) and "canary-0f1e2d3c" not in json.dumps(res)
+    assert "canary-0f1e2d3c" not in json.dumps(started["command"])  # the command line never holds it
     rc, res = run(vllm_server, SERVE)
     assert rc == 0 and res["changed"] is False and len(engine.containers.runs) == 1
     # An edited flag: the diff names it, as running and as declared.
