@@ -8,10 +8,10 @@ type: notification
 short_description: Report a sparkfleet.vllm run while it goes and when it ends
 version_added: 0.1.0
 description:
-  - While a task of the collection polls (a vLLM boot being followed), prints each poll's C(progress) line,
-    so that a long step is never silent.
-  - Prints the bytes, time and rate of every image and weights transfer when it ends (the lines of
-    M(sparkfleet.vllm.chain_progress) report them while it runs).
+  - While a task of the collection polls (a vLLM boot being followed, a Ray node joining, the Ray gate, a
+    snapshot being hashed, the image build or a transfer reported by M(sparkfleet.vllm.job_progress)),
+    prints each poll's C(progress) line, so that a long step is never silent.
+  - Prints the bytes, time and rate of every image and weights transfer when it ends.
   - When the run ends, successful or not, prints one table row per node (image ID, weights revision, Ray
     state) and per endpoint (address, resolved backends, verdict), with the task that failed if one did. It
     writes the same as JSON and prints the file's path.
@@ -107,11 +107,11 @@ class CallbackModule(CallbackBase):
             self._failure(result, res.get("msg") or res.get("progress"))
         if action is None or res.get("skipped"):
             return
-        node = self._node(host) if action in ("vllm_image", "image_sync", "weights_verify", "ray_node",
+        node = self._node(host) if action in ("vllm_image", "image_info", "weights_verify", "ray_node",
                                               "ray_gate") else {}
         if action == "vllm_image" and res.get("image_id"):
             node["image_id"] = res["image_id"]
-        elif action == "image_sync" and res.get("local_id"):
+        elif action == "image_info" and res.get("local_id"):
             node["image_id"] = res["local_id"]
         elif action == "weights_verify" and res.get("snapshot_path"):
             node["weights_revision"] = os.path.basename(res["snapshot_path"].rstrip("/"))
@@ -132,10 +132,10 @@ class CallbackModule(CallbackBase):
                             verdict="failed" if res.get("failed") else "coherent",
                             reason=_first_line(res.get("msg"), 300) if res.get("failed") else None)
         transfer = res.get("transfer")
-        if action in ("image_sync", "weights_distribute", "chain_progress") and isinstance(transfer, dict) \
+        # The sender's last poll holds the transfer (the receivers' polls end in their own phases).
+        if action == "job_progress" and res.get("phase") == "sent" and isinstance(transfer, dict) \
                 and transfer.get("bytes"):
-            what = res.get("what") or ("image" if action == "image_sync" else "weights")
-            entry = dict(_rate(transfer), host=host, what=what)
+            entry = dict(_rate(transfer), host=host, what=res.get("what"))
             self.transfers.append(entry)
             self._display.display("  %s sent the %s down the chain: %.2f GiB in %.1f s, %s MiB/s" % (
                 host, entry["what"], entry["bytes"] / 2**30, entry["seconds"], entry["mib_per_s"]))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    """The options that name a checkpoint snapshot in a node's Hugging Face hub cache."""
+    """The options that name a checkpoint snapshot in a node's Hugging Face hub cache (DOCUMENTATION,
+    checkpoint.SNAPSHOT_ARGS), and those of a check in bounded polls (VERIFY, checkpoint.VERIFY_ARGS)."""
 
     DOCUMENTATION = r"""
 options:
@@ -20,4 +21,20 @@ options:
     description: Snapshot revision (commit hash).
     type: str
     required: true
+"""
+
+    VERIFY = r"""
+options:
+  hash_blobs:
+    description: Hash blob contents; without it only presence and framing are checked.
+    type: bool
+    default: true
+  poll_seconds:
+    description:
+      - Longest time one call spends hashing (it finishes the file it is on). Blobs verified so far are
+        recorded in the manifest beside the blobs, so the next call goes on from there; run the module with
+        C(until) on RV(done) so that a first check of a large snapshot reports its progress as it goes.
+      - V(0), and check mode (which records nothing), hash the whole snapshot in one call.
+    type: int
+    default: 20
 """

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import struct
+import time
 
 MANIFEST = ".sparkfleet-verified.json"
 MAX_HEADER = 100 * 1024 * 1024
@@ -23,6 +24,12 @@ SNAPSHOT_ARGS = dict(
     hub_dir=dict(type="path", required=True),
     repo_id=dict(type="str", required=True),
     revision=dict(type="str", required=True),
+)
+
+# The options of a check in bounded polls (documented once, in the sparkfleet.vllm.snapshot.verify fragment).
+VERIFY_ARGS = dict(
+    hash_blobs=dict(type="bool", default=True),
+    poll_seconds=dict(type="int", default=20),
 )
 
 
@@ -76,7 +83,7 @@ def check_framing(path):
     return tensors
 
 
-def file_digest(path, kind):
+def file_digest(path, kind, on_chunk=None):
     h = hashlib.sha256() if kind == "sha256" else hashlib.sha1()  # noqa: S324 (git's object name)
     if kind == "git-sha1":
         h.update(b"blob %d\0" % os.path.getsize(path))
@@ -86,6 +93,8 @@ def file_digest(path, kind):
             if not chunk:
                 break
             h.update(chunk)
+            if on_chunk is not None:
+                on_chunk(len(chunk))
     return h.hexdigest()
 
 
@@ -105,18 +114,38 @@ def _load_manifest(path):
         return {}
 
 
-def verify_snapshot(hub_dir, repo_id, revision, hash_blobs=True, use_manifest=True):
+def save_manifest(rdir, entries):
+    """Write the blob -> {stamp, digest} entries of verified blobs beside the blobs (atomically)."""
+    path = os.path.join(rdir, MANIFEST)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(entries, fh, indent=1, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def verify_snapshot(hub_dir, repo_id, revision, hash_blobs=True, use_manifest=True, save=None, deadline=None,
+                    progress=None, clock=time):
     """Check one snapshot: every file the index names is present (no dangling link), framed, and hashed.
 
-    Returns {"ok", "problems", "files", "total_bytes", "digest", "hashed", "reused"}. ``digest`` is a
-    sha256 over the sorted ``file:blob`` list, equal on every node that holds the same snapshot.
+    ``use_manifest`` reuses the hashes of blobs whose size and mtime have not changed since they were
+    verified; ``save`` (default: ``use_manifest``) records the blobs verified now. ``deadline`` (a
+    ``clock.monotonic()`` value) stops hashing once passed, after one file at least; the files left are
+    listed in ``pending`` and a later call, reading the saved manifest, goes on from there. ``progress``
+    is called with (bytes hashed, bytes to hash) as hashing proceeds.
+
+    Returns {"ok", "problems", "pending", "files", "total_bytes", "digest", "hashed", "reused", "verified"}.
+    ``digest`` is a sha256 over the sorted ``file:blob`` list, equal on every node that holds the same
+    snapshot; ``verified`` holds the manifest entries of every blob known good after this call.
     """
+    save = use_manifest if save is None else save
     rdir = repo_dir(hub_dir, repo_id)
     sdir = snapshot_dir(hub_dir, repo_id, revision)
     problems, files = [], {}
     if not os.path.isdir(sdir):
-        return {"ok": False, "problems": ["snapshot directory %s is missing" % sdir], "files": {},
-                "total_bytes": 0, "digest": None, "hashed": 0, "reused": 0}
+        return {"ok": False, "problems": ["snapshot directory %s is missing" % sdir], "pending": [], "files": {},
+                "total_bytes": 0, "digest": None, "hashed": 0, "reused": 0, "verified": {}}
     index_path = os.path.join(sdir, "model.safetensors.index.json")
     wanted = ["config.json"]
     if os.path.exists(index_path):
@@ -130,9 +159,8 @@ def verify_snapshot(hub_dir, repo_id, revision, hash_blobs=True, use_manifest=Tr
         wanted.append("model.safetensors")
     else:
         problems.append("neither model.safetensors.index.json nor model.safetensors is in %s" % sdir)
-    manifest_path = os.path.join(rdir, MANIFEST)
-    manifest = _load_manifest(manifest_path) if use_manifest else {}
-    new_manifest, hashed, reused, total = {}, 0, 0, 0
+    manifest = _load_manifest(os.path.join(rdir, MANIFEST)) if use_manifest else {}
+    verified, todo, reused, total = {}, [], 0, 0
     for name in wanted:
         link = os.path.join(sdir, name)
         if not os.path.lexists(link):
@@ -159,23 +187,51 @@ def verify_snapshot(hub_dir, repo_id, revision, hash_blobs=True, use_manifest=Tr
         cached = manifest.get(blob)
         if cached and cached.get("stamp") == stamp and cached.get("digest") == blob:
             reused += 1
-            new_manifest[blob] = cached
+            verified[blob] = cached
             continue
-        actual = file_digest(target, kind)
+        todo.append((name, target, blob, kind, stamp))
+    to_hash = sum(stamp[0] for _n, _t, _b, _k, stamp in todo)
+    done, hashed, pending = [0], 0, []
+
+    def counted(n):
+        done[0] += n
+        if progress is not None:
+            progress(done[0], to_hash)
+
+    for name, target, blob, kind, stamp in todo:
+        if hashed and deadline is not None and clock.monotonic() >= deadline:
+            pending.append(name)
+            continue
+        actual = file_digest(target, kind, counted)
         hashed += 1
         if actual != blob:
             problems.append("%s: content %s %s does not match its blob name %s" % (name, kind, actual, blob))
             continue
-        new_manifest[blob] = {"stamp": stamp, "digest": actual}
-    ok = not problems
-    if ok and hash_blobs and use_manifest and new_manifest != manifest:
-        tmp = manifest_path + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(new_manifest, fh, indent=1, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, manifest_path)
+        verified[blob] = {"stamp": stamp, "digest": actual}
+    ok = not problems and not pending
+    if save and hash_blobs and verified != manifest:
+        save_manifest(rdir, verified)
     listing = "".join("%s:%s\n" % kv for kv in sorted(files.items()))
-    return {"ok": ok, "problems": problems, "files": files, "total_bytes": total,
+    return {"ok": ok, "problems": problems, "pending": pending, "files": files, "total_bytes": total,
             "digest": hashlib.sha256(listing.encode()).hexdigest() if ok else None,
-            "hashed": hashed, "reused": reused}
+            "hashed": hashed, "reused": reused, "verified": verified}
+
+
+def verify_polled(params, check_mode, clock=time):
+    """One call of a snapshot check in bounded polls (SNAPSHOT_ARGS and VERIFY_ARGS in ``params``): the
+    report of verify_snapshot, with ``done`` and a ``progress`` line. Raises ValueError on a bad repo_id."""
+    p = params
+    bounded = p["poll_seconds"] > 0 and not check_mode
+    report = verify_snapshot(p["hub_dir"], p["repo_id"], p["revision"], hash_blobs=p["hash_blobs"],
+                             save=not check_mode, deadline=clock.monotonic() + p["poll_seconds"] if bounded else None,
+                             clock=clock)
+    report["done"] = not report["pending"] or bool(report["problems"])
+    sizes = {b: e["stamp"][0] for b, e in report["verified"].items()}
+    known = sum(sizes.get(blob, 0) for blob in set(report["files"].values()))
+    report["progress"] = "%s@%s: %d of %d files %s, %.2f of %.2f GiB%s" % (
+        p["repo_id"], p["revision"][:12], len(report["files"]) - len(report["pending"]), len(report["files"]),
+        "verified by content" if p["hash_blobs"] else "present and framed", known / 2**30,
+        report["total_bytes"] / 2**30, "" if report["done"] else "; hashing the rest")
+    report["snapshot_path"] = snapshot_dir(p["hub_dir"], p["repo_id"], p["revision"])
+    del report["verified"]
+    return report

@@ -14,8 +14,6 @@ bytes, with a sha256 computed on the fly at every hop so the ends can be compare
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import queue
 import socket
 import subprocess
@@ -67,8 +65,9 @@ def _read_header(conn):
 
 
 def receive(port, session, sink_argv, forward=None, bind="0.0.0.0", accept_timeout=900,  # noqa: S104
-            connect_timeout=300):
-    """Accept one stream for ``session``, feed it to ``sink_argv`` and forward it to ``forward`` (host, port).
+            connect_timeout=300, progress=None):
+    """Accept one stream for ``session``, feed it to ``sink_argv`` and forward it to ``forward`` (host, port),
+    counting the bytes into ``progress`` (a progress.Progress, phase "received").
 
     Returns {"bytes", "sha256", "sink_rc", "sink_output", "forwarded", "forward_error", "seconds"}.
     """
@@ -84,6 +83,8 @@ def receive(port, session, sink_argv, forward=None, bind="0.0.0.0", accept_timeo
     finally:
         server.close()
     start = time.monotonic()
+    if progress is not None:
+        progress.update(0, phase="received")  # the rate counts from the stream's arrival
     conn.settimeout(None)
     got = _read_header(conn)
     if got != session:
@@ -134,6 +135,8 @@ def receive(port, session, sink_argv, forward=None, bind="0.0.0.0", accept_timeo
             pending.put(chunk)
             digest.update(chunk)
             total += len(chunk)
+            if progress is not None:
+                progress.update(total, phase="received")
     finally:
         conn.close()
         if down is not None:
@@ -150,57 +153,27 @@ def receive(port, session, sink_argv, forward=None, bind="0.0.0.0", accept_timeo
             "seconds": round(time.monotonic() - start, 3)}
 
 
-class Progress:
-    """A transfer's progress, kept in a small JSON file that a poll on the same node reads while the transfer
-    runs in the background: {session, state, bytes, total, seconds, updated, error, result}.
-
-    Writes are atomic (temporary file, then rename) and at most one a second, so a reader never sees half a
-    file and a fast stream is not slowed by its own reporting. ``path`` None reports nothing.
-    """
-
-    def __init__(self, path, session, total=None, clock=time):
-        self.path, self.session, self.total, self.clock = path, session, total, clock
-        self.start = clock.time()
-        self.last = 0.0
-        self._write("starting", 0)
-
-    def _write(self, state, nbytes, **extra):
-        if not self.path:
-            return
-        now = self.clock.time()
-        doc = dict(session=self.session, state=state, bytes=nbytes, total=self.total, started=self.start,
-                   seconds=round(now - self.start, 3), updated=now, **extra)
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(doc, fh)
-        os.replace(tmp, self.path)
-        self.last = now
-
-    def update(self, nbytes):
-        if self.path and self.clock.time() - self.last >= 1.0:
-            self._write("running", nbytes)
-
-    def finish(self, result):
-        self._write("done", result.get("bytes", 0), result=result)
-
-    def fail(self, message, nbytes=0):
-        self._write("failed", nbytes, error=message)
-
-
-def read_progress(path, session):
-    """The progress file of ``session`` at ``path``; None while there is none (or only an older session's)."""
-    try:
-        with open(path) as fh:
-            doc = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    return doc if doc.get("session") == session else None
-
-
 def send(source_argv, host, port, session, connect_timeout=300, progress=None):
-    """Run ``source_argv`` and stream its stdout to the first node of the chain (reporting to ``progress``)."""
+    """Run ``source_argv`` and stream its stdout to the first node of the chain.
+
+    ``progress`` (a progress.Progress) counts the bytes sent and ends as done, with the result, or failed,
+    with the reason.
+    """
+    try:
+        result = _send(source_argv, host, port, session, connect_timeout, progress)
+    except (ChainError, OSError) as exc:
+        if progress is not None:
+            progress.fail(str(exc))
+        raise
+    if progress is not None:
+        progress.finish(result)
+    return result
+
+
+def _send(source_argv, host, port, session, connect_timeout, progress):
     sock = _connect(host, int(port), connect_timeout)
+    if progress is not None:
+        progress.update(0, phase="sent")  # the rate counts from the connection
     start = time.monotonic()
     src = subprocess.Popen(source_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     digest, total = hashlib.sha256(), 0
@@ -214,7 +187,7 @@ def send(source_argv, host, port, session, connect_timeout=300, progress=None):
             digest.update(chunk)
             total += len(chunk)
             if progress is not None:
-                progress.update(total)
+                progress.update(total, phase="sent")
     except OSError as exc:
         src.kill()
         raise ChainError("%s:%s closed the stream after %d bytes: %s" % (host, port, total, exc)) from exc
@@ -231,14 +204,22 @@ def send(source_argv, host, port, session, connect_timeout=300, progress=None):
     return {"bytes": total, "sha256": digest.hexdigest(), "seconds": round(time.monotonic() - start, 3)}
 
 
-def argument_spec(port):
-    """The options every chain transfer module takes (documented once, in the sparkfleet.vllm.chain fragment)."""
+def send_argument_spec(port):
+    """The options of a chain's sender (documented once, in the sparkfleet.vllm.chain_send fragment)."""
     return dict(
-        action=dict(type="str", choices=["check", "receive", "send"], required=True),
+        port=dict(type="int", default=port),
+        target_host=dict(type="str", required=True),
+        timeout=dict(type="int", default=900),
+        progress_file=dict(type="path"),
+    )
+
+
+def receive_argument_spec(port):
+    """The options of a chain's receiver (documented once, in the sparkfleet.vllm.chain_receive fragment)."""
+    return dict(
         port=dict(type="int", default=port),
         bind_address=dict(type="str", default="0.0.0.0"),  # noqa: S104
         forward_host=dict(type="str", default=""),
-        target_host=dict(type="str", default=""),
         timeout=dict(type="int", default=900),
         progress_file=dict(type="path"),
     )

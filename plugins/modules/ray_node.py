@@ -87,6 +87,22 @@ options:
     description: Attempts before giving up.
     type: int
     default: 3
+  poll_seconds:
+    description:
+      - Longest wait of one call. A call that returns before the node is alive says RV(done=false) and leaves
+        the container starting; the next call with the same O(run_id) waits on it (or starts the next
+        attempt once O(join_timeout) has passed). Run it with C(until) on RV(done) so that a slow join
+        reports as it goes.
+      - V(0) waits in one call until the node is alive or every attempt failed.
+    type: int
+    default: 0
+  run_id:
+    description:
+      - Names this join, in a label on the container. A container started under the same O(run_id) is this
+        join's own attempt, waited on; any other running container that is not alive in the table is
+        restarted. Empty picks a new name for the call (use it with O(poll_seconds=0)).
+    type: str
+    default: ""
   state:
     description: C(present) runs the node; C(absent) removes its container.
     type: str
@@ -120,22 +136,32 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+done:
+  description: Whether the node is alive in the cluster's table (false only when O(poll_seconds) ran out first).
+  returned: state is present
+  type: bool
+progress:
+  description: One line for the play's output.
+  returned: state is present
+  type: str
+  sample: "Ray worker 10.0.0.3: not in the table yet, attempt 1 of 3, 12 of 180 s; cluster has 3 alive nodes"
 container_id:
   description: ID of the Ray container.
   returned: state is present and not in check mode
   type: str
 attempts:
-  description: Container starts this run needed (0 when nothing changed).
+  description: Container starts this join needed (0 when nothing changed).
   returned: state is present
   type: int
 """
 
 import json
+import time
+import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, _ray
-from ansible_collections.sparkfleet.vllm.plugins.module_utils.waiter import WaitTimeout, wait_for
 
 
 def tmp_volume_opts(size):
@@ -157,21 +183,73 @@ def container_spec(p):
     return spec
 
 
-def joined(container, ip):
-    def probe():
-        container.reload()
-        if container.status != "running":
-            return {"exited": container.status}
-        return {"table": _ray.nodes(container)}
+RUN_LABEL = "sparkfleet.run"
+ATTEMPT_LABEL = "sparkfleet.attempt"
 
-    def predicate(obs):
-        if "exited" in obs:
-            return False, "container is %s" % obs["exited"]
-        alive = _ray.node_alive(obs["table"], ip)
-        n = sum(1 for x in obs["table"] if x.get("Alive"))
-        return alive, "%s %s; cluster has %d alive nodes" % (ip, "alive" if alive else "not in the table", n)
 
-    return probe, predicate
+def observe(container, ip):
+    """One look at this node: (alive, GPUs it registered, a description)."""
+    container.reload()
+    if container.status != "running":
+        return False, 0, "container is %s" % container.status
+    table = _ray.nodes(container)
+    alive = _ray.node_alive(table, ip)
+    n = sum(1 for x in table if x.get("Alive"))
+    return alive, _ray.node_gpus(table, ip) if alive else 0, "%s %s; cluster has %d alive nodes" % (
+        ip, "alive" if alive else "not in the table yet", n)
+
+
+def start(cli, p, spec, digest, run_id, attempt):
+    labelled = dict(spec, labels=dict(spec["labels"], **{RUN_LABEL: run_id, ATTEMPT_LABEL: str(attempt)}))
+    return _docker.replace(cli, p["container_name"], labelled, "ray-%s" % p["role"], digest=digest)
+
+
+def join(module, cli, p, spec, digest, run_id, diff):
+    """Start or wait on this join's container for at most poll_seconds (all of it when 0)."""
+    name, ip = p["container_name"], p["node_ip"]
+    began = time.monotonic()
+    last = ""
+    while True:
+        container = _docker.current(cli, name)
+        state = _docker.container_state(container)
+        ours = state["exists"] and container.labels.get(RUN_LABEL) == run_id and state["spec"] == digest
+        attempt = int(container.labels.get(ATTEMPT_LABEL) or 1) if ours else 0
+        if not ours:
+            if module.check_mode:
+                module.exit_json(changed=True, done=False, attempts=0, diff=diff,
+                                 progress="Ray %s %s: would be (re)started" % (p["role"], ip))
+            container, attempt = start(cli, p, spec, digest, run_id, 1), 1
+        try:
+            alive, gpus, seen = observe(container, ip)
+        except _docker.DockerFailure as exc:
+            # Ray's own traceback while the raylet starts: its last line says why ("Could not find any
+            # running Ray instance"), the rest is noise in a progress line.
+            why = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            alive, gpus, seen = False, 0, "%s not in the table yet (%s)" % (ip, why[-1][:160] if why else "no answer")
+        if alive:
+            if gpus != p["gpus"]:
+                module.fail_json(
+                    msg="Ray %s on %s registered %s GPU(s), expected %d: the Ray container sees no GPU. It "
+                        "asks Docker for it (--gpus all); check that the NVIDIA Container Toolkit is installed "
+                        "on this node and dockerd was restarted after it (docker info lists the nvidia "
+                        "runtime), and that nvidia-smi works on the host"
+                        % (p["role"], ip, gpus, p["gpus"]), container_id=container.id)
+            return container, attempt, True, seen
+        age = time.time() - _docker.started_at(container)
+        if age >= p["join_timeout"] or container.status != "running":
+            last = "%s\n--- last log lines ---\n%s" % (seen, _docker.logs(container, tail=25))
+            if attempt >= p["retries"]:
+                module.fail_json(msg="Ray %s on %s did not come up after %d attempts of %d s (head %s:%s): %s"
+                                     % (p["role"], ip, p["retries"], p["join_timeout"], p["head_ip"] or ip,
+                                        p["port"], last))
+            container, attempt = start(cli, p, spec, digest, run_id, attempt + 1), attempt + 1
+            age = 0.0
+        line = "Ray %s %s, attempt %d of %d, %d of %d s" % (p["role"], seen, attempt, p["retries"], age,
+                                                            p["join_timeout"])
+        left = p["poll_seconds"] - (time.monotonic() - began) if p["poll_seconds"] else 3
+        if left <= 0:
+            return container, attempt, False, line
+        time.sleep(min(3, left))
 
 
 def main():
@@ -194,6 +272,8 @@ def main():
             ray_tmp_size=dict(type="str", default="4g"),
             join_timeout=dict(type="int", default=180),
             retries=dict(type="int", default=3),
+            poll_seconds=dict(type="int", default=0),
+            run_id=dict(type="str", default=""),
             state=dict(type="str", choices=["present", "absent"], default="present"),
         ),
         required_if=[("state", "present", ["image", "node_ip"])],
@@ -217,36 +297,23 @@ def main():
         digest = _docker.spec_digest(spec)
         existing = _docker.current(cli, name)
         state = _docker.container_state(existing)
-        if not _docker.needs_change(state, digest):
+        run_id = p["run_id"] or uuid.uuid4().hex
+        diff = _docker.container_diff(cli, existing, spec)
+        if not _docker.needs_change(state, digest) and existing.labels.get(RUN_LABEL) != run_id:
             try:
                 if _ray.node_alive(_ray.nodes(existing), p["node_ip"]):
-                    module.exit_json(changed=False, container_id=existing.id, attempts=0)
+                    module.exit_json(changed=False, done=True, container_id=existing.id, attempts=0,
+                                     progress="Ray %s %s: alive" % (p["role"], p["node_ip"]))
             except _docker.DockerFailure:
                 pass  # running but not answering: restart below
-        diff = _docker.container_diff(cli, existing, spec)
-        if module.check_mode:
-            module.exit_json(changed=True, attempts=0, diff=diff)
-        _docker.ensure_volume(cli, p["ray_tmp_volume"], tmp_volume_opts(p["ray_tmp_size"]))
-        last = ""
-        for attempt in range(1, p["retries"] + 1):
-            container = _docker.replace(cli, name, spec, "ray-%s" % p["role"])
-            probe, predicate = joined(container, p["node_ip"])
-            try:
-                obs, _unused, _unused = wait_for("Ray %s on %s" % (p["role"], p["node_ip"]), probe, predicate,
-                                                 p["join_timeout"], 3)
-                gpus = _ray.node_gpus(obs["table"], p["node_ip"])
-                if gpus != p["gpus"]:
-                    module.fail_json(
-                        msg="Ray %s on %s registered %s GPU(s), expected %d: the Ray container sees no GPU. It "
-                            "asks Docker for it (--gpus all); check that the NVIDIA Container Toolkit is installed "
-                            "on this node and dockerd was restarted after it (docker info lists the nvidia "
-                            "runtime), and that nvidia-smi works on the host"
-                            % (p["role"], p["node_ip"], gpus, p["gpus"]), container_id=container.id)
-                module.exit_json(changed=True, container_id=container.id, attempts=attempt, diff=diff)
-            except WaitTimeout as exc:
-                last = "%s\n--- last log lines ---\n%s" % (exc, _docker.logs(container, tail=25))
-        module.fail_json(msg="Ray %s on %s did not come up after %d attempts (head %s:%s): %s"
-                             % (p["role"], p["node_ip"], p["retries"], p["head_ip"] or p["node_ip"], p["port"], last))
+            if not module.check_mode:
+                _docker.remove(cli, name)  # current, but not alive and not this join's own: start it anew
+        if not module.check_mode:
+            _docker.ensure_volume(cli, p["ray_tmp_volume"], tmp_volume_opts(p["ray_tmp_size"]))
+        container, attempt, done, line = join(module, cli, p, spec, digest, run_id, diff)
+        # Changed: this join (run_id) started the container, in this call or an earlier poll of it.
+        module.exit_json(changed=True, done=done, container_id=container.id, attempts=attempt, progress=line,
+                         diff=diff)
     except _docker.DockerFailure as exc:
         module.fail_json(msg="ray_node: %s" % exc)
 

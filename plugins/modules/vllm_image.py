@@ -58,6 +58,16 @@ options:
     description: Seconds the build may take.
     type: int
     default: 3600
+  progress_file:
+    description:
+      - A file on this node where the build's step (C(Step 4/9), its instruction and its last output line) is
+        kept while it runs in the background (with C(async)), for M(sparkfleet.vllm.job_progress) to report.
+        It ends as done, with the module's result, or as failed, with the reason.
+    type: path
+  progress_session:
+    description: The session name written into O(progress_file), so that a poll never reads an older build's file.
+    type: str
+    default: build
 attributes:
   check_mode:
     support: full
@@ -106,6 +116,7 @@ versions:
 """
 
 import json
+import re
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -117,6 +128,9 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils.image_build import
     render,
     tag_for,
 )
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.progress import Progress
+
+STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
 
 
 def read_versions(cli, tag):
@@ -129,13 +143,22 @@ def read_versions(cli, tag):
         raise _docker.DockerFailure("image %s has no readable /etc/sparkfleet/versions.json" % tag) from None
 
 
-def build(cli, tag, dockerfile, ray_version, build_args, files):
+def build(cli, tag, dockerfile, ray_version, build_args, files, progress):
     args = dict(build_args or {}, RAY_VERSION=ray_version)
-    log, error = [], None
+    log, error, step, instruction = [], None, 0, ""
     for chunk in cli.api.build(fileobj=context_tar(dockerfile, files), custom_context=True, tag=tag, rm=True,
                                forcerm=True, pull=False, network_mode="host", buildargs=args, decode=True):
         if "stream" in chunk:
             log.append(chunk["stream"])
+            for raw in chunk["stream"].splitlines():
+                line = raw.strip()
+                found = STEP.match(line)
+                if found:
+                    step, instruction = int(found.group(1)), found.group(3)[:100]
+                    progress.update(step, total=int(found.group(2)), note=instruction)
+                elif line and step:
+                    # Any output counts as progress: a long RUN (pip, patches) shows its last line.
+                    progress.update(step, note="%s | %s" % (instruction, line[:100]), alive=True)
         if "error" in chunk:
             error = chunk["error"]
     if error:
@@ -157,48 +180,60 @@ def main():
             build_args=dict(type="dict", default={}),
             tag_prefix=dict(type="str", default="sparkfleet/vllm"),
             build_timeout=dict(type="int", default=3600),
+            progress_file=dict(type="path"),
+            progress_session=dict(type="str", default="build"),
         ),
         supports_check_mode=True,
     )
     _docker.require(module)
     p = module.params
+    progress = Progress(None if module.check_mode else p["progress_file"], p["progress_session"], unit="steps",
+                        phase="checking the base image and the tag")
+
+    def fail(msg):
+        progress.fail(msg)
+        module.fail_json(msg=msg)
+
+    def done(**result):
+        progress.finish(result)
+        module.exit_json(**result)
+
     try:
         patches.select(p["patches"] + p["required_patches"])
     except ValueError as exc:
-        module.fail_json(msg="vllm_image: %s" % exc)
+        fail("vllm_image: %s" % exc)
     stray = sorted(set(p["required_patches"]) - set(p["patches"]))
     if stray:
-        module.fail_json(msg="vllm_image: required_patches %s are not in patches; add them there" % ", ".join(stray))
+        fail("vllm_image: required_patches %s are not in patches; add them there" % ", ".join(stray))
     files = patch_sources(patches)  # always in the image: it can judge its own sources later
     try:
         cli = _docker.connect(timeout=p["build_timeout"])
         base_id = _docker.image_id(cli, p["base_image"])
         if base_id is None:
-            module.fail_json(msg="base_image %s is not in the Docker engine of this node; load or pull it there "
-                                 "first (docker pull / docker load)" % p["base_image"])
+            fail("base_image %s is not in the Docker engine of this node; load or pull it there first "
+                 "(docker pull / docker load)" % p["base_image"])
         try:
             dockerfile = render(p["base_image"], base_id, p["ray_version"], p["pip_packages"], p["patches"],
                                 p["required_patches"])
         except ValueError as exc:
-            module.fail_json(msg=str(exc))
+            fail(str(exc))
         tag = tag_for(p["tag_prefix"], base_id, p["ray_version"], dockerfile, p["build_args"], files)
         existing = _docker.image_id(cli, tag)
         if existing:
-            module.exit_json(changed=False, built=False, tag=tag, image_id=existing,
-                             versions=read_versions(cli, tag))
+            done(changed=False, built=False, tag=tag, image_id=existing, versions=read_versions(cli, tag))
         diff = {"before": "", "after": "# %s\n%s" % (tag, dockerfile), "after_header": "Dockerfile of %s" % tag}
         if module.check_mode:
             module.exit_json(changed=True, built=False, tag=tag, image_id="unknown", diff=diff)
-        build(cli, tag, dockerfile, p["ray_version"], p["build_args"], files)
+        progress.update(0, phase="building %s" % tag)
+        build(cli, tag, dockerfile, p["ray_version"], p["build_args"], files, progress)
         versions = read_versions(cli, tag)
     except _docker.DockerFailure as exc:
-        module.fail_json(msg=str(exc))
+        fail(str(exc))
     except _docker.DockerException as exc:
-        module.fail_json(msg="vllm_image: the image does not start: %s" % exc)
+        fail("vllm_image: the image does not start: %s" % exc)
     if versions.get("ray") != p["ray_version"]:
-        module.fail_json(msg="image %s has Ray %s, expected %s" % (tag, versions.get("ray"), p["ray_version"]))
-    module.exit_json(changed=True, built=True, tag=tag, image_id=_docker.image_id(cli, tag), versions=versions,
-                     diff=diff)
+        fail("image %s has Ray %s, expected %s" % (tag, versions.get("ray"), p["ray_version"]))
+    done(changed=True, built=True, tag=tag, image_id=_docker.image_id(cli, tag), versions=versions, diff=diff)
 
 
 if __name__ == "__main__":

@@ -15,25 +15,26 @@ description:
     git's blob sha1 for small ones; catches bit flips).
   - Hashes are remembered in a manifest beside the blobs, keyed by size and mtime, so a second run on
     unchanged files hashes nothing.
-  - Fails naming the node, the file and the fault.
+  - One call hashes for at most O(poll_seconds) and returns RV(done); run it with C(until) on RV(done).
+  - Fails naming the node, the file and the fault. M(sparkfleet.vllm.weights_info) reports the same findings
+    without failing.
 options:
-  hash_blobs:
-    description: Hash blob contents; without it only presence and framing are checked.
-    type: bool
-    default: true
   expected_digest:
     description: The snapshot digest this node must match (the seed node's).
     type: str
 attributes:
   check_mode:
     support: full
+    details: Reads the manifest but records nothing, so the whole snapshot is hashed in one call.
   diff_mode:
-    support: none
+    support: N/A
+    details: Checks only; the manifest it keeps is a cache of hashes.
   idempotent:
     support: full
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
   - sparkfleet.vllm.snapshot
+  - sparkfleet.vllm.snapshot.verify
 author:
   - sparkfleet maintainers (!UNKNOWN)
 """
@@ -44,12 +45,30 @@ EXAMPLES = r"""
     hub_dir: /root/.cache/huggingface/hub
     repo_id: festr2/MiMo-V2.5-Pro-NVFP4-MXFP8-attn-TP8
     revision: "{{ recipe.revision }}"
+  register: verified
+  until: verified is failed or verified.done
+  retries: 1000
+  delay: 0
 """
 
 RETURN = r"""
+done:
+  description: Whether every file was checked; false when O(poll_seconds) ran out with files left to hash.
+  returned: success
+  type: bool
+progress:
+  description: One line for the play's output.
+  returned: success
+  type: str
+  sample: "org/model@4f3c1e0a9b2d: 12 of 40 files verified by content, 3.10 of 9.00 GiB; hashing the rest"
+pending:
+  description: Files left to hash by the next call.
+  returned: success
+  type: list
+  elements: str
 digest:
   description: sha256 over the sorted file:blob list; equal on every node with the same snapshot.
-  returned: success
+  returned: success (null while RV(done) is false)
   type: str
 total_bytes:
   description: Bytes of the snapshot's files.
@@ -73,31 +92,25 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.checkpoint import (
     SNAPSHOT_ARGS,
-    snapshot_dir,
-    verify_snapshot,
+    VERIFY_ARGS,
+    verify_polled,
 )
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            SNAPSHOT_ARGS,
-            hash_blobs=dict(type="bool", default=True),
-            expected_digest=dict(type="str"),
-        ),
+        argument_spec=dict(SNAPSHOT_ARGS, **VERIFY_ARGS, expected_digest=dict(type="str")),
         supports_check_mode=True,
     )
     p = module.params
     try:
-        report = verify_snapshot(p["hub_dir"], p["repo_id"], p["revision"], hash_blobs=p["hash_blobs"],
-                                 use_manifest=not module.check_mode)
+        report = verify_polled(p, module.check_mode)
     except ValueError as exc:
         module.fail_json(msg="weights_verify: %s" % exc)
-    report["snapshot_path"] = snapshot_dir(p["hub_dir"], p["repo_id"], p["revision"])
-    if not report["ok"]:
+    if report["problems"]:
         module.fail_json(msg="%s@%s is not intact on this node: %s" % (p["repo_id"], p["revision"][:12],
                                                                        "; ".join(report["problems"])), **report)
-    if p["expected_digest"] and report["digest"] != p["expected_digest"]:
+    if report["done"] and p["expected_digest"] and report["digest"] != p["expected_digest"]:
         module.fail_json(msg="snapshot digest %s differs from the seed node's %s (different file set)"
                              % (report["digest"], p["expected_digest"]), **report)
     module.exit_json(changed=False, **report)

@@ -171,6 +171,9 @@ def test_corrupt_shard_on_a_worker_is_found_and_repaired():
     shares = [int(line.split("%", 1)[0].rsplit(" ", 1)[1]) for line in lines if "% ," in line or "%," in line]
     assert len(shares) >= 2 and shares == sorted(shares) and 0 < shares[-1] < 100, lines
     assert all("MiB/s" in line for line in lines)
+    # The receiver reports its own bytes: the repaired node is polled too, not only the sender.
+    received = [line for line in out.splitlines() if line.startswith("  [sim-spark-02] weights: ")]
+    assert any(" GiB received, " in line and "MiB/s" in line for line in received), received
     (sent,) = [t for t in run_report(out)["transfers"] if t["what"] == "weights"]
     assert sent["host"] == "sim-spark-00" and sent["bytes"] > 0 and sent["mib_per_s"] < 1.5
 

@@ -115,3 +115,71 @@ def test_synthetic_checkpoint_keeps_the_kimi_format(pristine):
     assert q["format"] == "pack-quantized"
     assert q["config_groups"]["group_0"]["weights"] == {"num_bits": 4, "type": "int", "group_size": 32,
                                                         "strategy": "group", "symmetric": True}
+
+
+class TickClock:
+    """A monotonic clock that moves one second per reading: a deadline one second away passes after the
+    first file."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self):
+        self.now += 1.0
+        return self.now
+
+
+def test_a_first_check_goes_on_poll_after_poll_and_records_what_it_verified(hub):
+    from module_runner import run
+
+    from ansible_collections.sparkfleet.vllm.plugins.modules import weights_info, weights_verify
+
+    hub, info = hub
+    args = {"hub_dir": str(hub), "repo_id": info["repo_id"], "revision": info["revision"]}
+    params = dict(args, hash_blobs=True, poll_seconds=1)
+    polls, seen = [], []
+    while not polls or not polls[-1]["done"]:
+        report = checkpoint.verify_polled(params, check_mode=False, clock=TickClock())
+        polls.append(report)
+        seen.append(report["progress"])
+        assert len(polls) <= len(info["files"])
+    hashable = sum(1 for blob in info["files"].values() if checkpoint.blob_kind(blob))
+    assert [r["hashed"] for r in polls] == [1] * hashable  # one file per poll, none hashed twice
+    assert polls[-1]["ok"] and polls[-1]["digest"] and not polls[0]["done"] and polls[0]["digest"] is None
+    assert seen[0].endswith("; hashing the rest") and "files verified by content" in seen[0]
+    # The manifest now holds every blob: the modules' next check hashes nothing and is done in one call.
+    rc, res = run(weights_verify, dict(args, poll_seconds=1))
+    assert rc == 0 and res["done"] and res["hashed"] == 0 and res["digest"] == polls[-1]["digest"]
+    rc, res = run(weights_info, dict(args, expected_digest=polls[-1]["digest"]))
+    assert rc == 0 and res["done"] and res["needed"] is False
+    rc, res = run(weights_info, dict(args, expected_digest="0" * 64))
+    assert rc == 0 and res["needed"] is True
+
+
+def test_check_mode_hashes_everything_in_one_call_and_records_nothing(hub):
+    from module_runner import run
+
+    from ansible_collections.sparkfleet.vllm.plugins.modules import weights_info
+
+    hub, info = hub
+    args = {"hub_dir": str(hub), "repo_id": info["repo_id"], "revision": info["revision"], "poll_seconds": 1}
+    rc, res = run(weights_info, args, check_mode=True)
+    assert rc == 0 and res["done"] and res["needed"] is False
+    assert not os.path.exists(os.path.join(checkpoint.repo_dir(str(hub), info["repo_id"]), checkpoint.MANIFEST))
+
+
+def test_a_bad_blob_found_in_a_poll_ends_the_check_at_once(hub):
+    from module_runner import run
+
+    from ansible_collections.sparkfleet.vllm.plugins.modules import weights_info, weights_verify
+
+    hub, info = hub
+    name, blob = shard_blob(hub, info, 1)
+    with open(blob, "r+b") as fh:
+        fh.seek(os.path.getsize(blob) - 10)
+        fh.write(b"\xff")
+    args = {"hub_dir": str(hub), "repo_id": info["repo_id"], "revision": info["revision"], "poll_seconds": 0}
+    rc, res = run(weights_verify, args)
+    assert rc == 1 and name in res["msg"] and "does not match its blob name" in res["msg"]
+    rc, res = run(weights_info, args)
+    assert rc == 0 and res["done"] and res["needed"] is True and any(name in p for p in res["problems"])

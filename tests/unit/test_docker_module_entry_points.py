@@ -15,7 +15,7 @@ import pytest
 from docker.errors import ImageNotFound, NotFound
 from module_runner import run
 
-from ansible_collections.sparkfleet.vllm.plugins.modules import ray_gate, vllm_boot, vllm_server
+from ansible_collections.sparkfleet.vllm.plugins.modules import ray_gate, ray_node, vllm_boot, vllm_server
 
 
 def stamp(t):
@@ -46,6 +46,8 @@ class Container:
         return "".join("%s%s\n" % (stamp(t) + " " if timestamps else "", text) for t, text in lines).encode()
 
     def exec_run(self, argv, demux=False, environment=None):
+        if not self.tables:
+            return Exec(0, (json.dumps(self.engine.ray_table).encode(), b""))
         table = self.tables.pop(0) if len(self.tables) > 1 else self.tables[0]
         return Exec(0, (json.dumps(table).encode(), b""))
 
@@ -91,9 +93,29 @@ class Images:
         return Image(ref)
 
 
+class Volume:
+    def __init__(self, opts):
+        self.attrs = {"Options": opts}
+
+
+class Volumes:
+    def __init__(self):
+        self.items = {}
+
+    def get(self, name):
+        if name not in self.items:
+            raise NotFound("No such volume: %s" % name)
+        return self.items[name]
+
+    def create(self, name, driver, driver_opts):
+        self.items[name] = Volume(driver_opts)
+
+
 class Engine:
     def __init__(self):
         self.containers, self.images = Containers(self), Images({"img:1", "img:2"})
+        self.volumes = Volumes()
+        self.ray_table = []  # what every Ray container's `nodes` query returns
 
     def ping(self):
         return True
@@ -194,3 +216,77 @@ def test_vllm_server_starts_once_passes_the_key_by_env_and_then_changes_nothing(
     before, after = res["diff"]["before"], res["diff"]["after"]
     assert before["command"][-1] == "0.85" and after["command"][-1] == "0.80"
     assert before["environment"] == after["environment"]  # the image's own PATH is not the container's
+
+
+WORKER = {"role": "worker", "image": "img:1", "node_ip": "10.0.0.2", "head_ip": "10.0.0.1", "cluster_id": "h1",
+          "poll_seconds": 1, "join_timeout": 2, "retries": 2, "run_id": "run-1"}
+
+
+def test_ray_node_join_is_polled_waited_on_then_retried_then_fails_naming_the_node(engine):
+    rc, first = run(ray_node, WORKER)
+    assert rc == 0 and first["done"] is False and first["changed"] is True and first["attempts"] == 1
+    assert "10.0.0.2 not in the table yet; cluster has 0 alive nodes, attempt 1 of 2" in first["progress"]
+    started = engine.containers.items["sparkfleet-ray"]
+    rc, second = run(ray_node, WORKER)  # the same join: waited on, and restarted once join_timeout passed
+    assert rc == 0 and second["done"] is False and second["attempts"] == 2
+    assert len(engine.containers.runs) == 2 and engine.containers.items["sparkfleet-ray"] is not started
+    rc, third = run(ray_node, dict(WORKER, poll_seconds=4))
+    assert rc == 1 and third["msg"].startswith("Ray worker on 10.0.0.2 did not come up after 2 attempts of 2 s "
+                                               "(head 10.0.0.1:6379)")
+    assert len(engine.containers.runs) == 2
+
+
+def test_ray_node_poll_does_not_restart_its_own_join_and_ends_changed_once_alive(engine):
+    rc, first = run(ray_node, dict(WORKER, join_timeout=60))
+    assert rc == 0 and first["done"] is False
+    engine.ray_table = [node("10.0.0.1"), node("10.0.0.2")]
+    rc, second = run(ray_node, dict(WORKER, join_timeout=60))
+    assert rc == 0 and second["done"] is True and second["changed"] is True and second["attempts"] == 1
+    assert len(engine.containers.runs) == 1
+    # The next run (another run_id) finds it current and alive: nothing to change.
+    rc, again = run(ray_node, dict(WORKER, run_id="run-2"))
+    assert rc == 0 and again == dict(again, changed=False, done=True, attempts=0)
+    assert len(engine.containers.runs) == 1
+
+
+def test_ray_node_restarts_a_current_container_of_an_earlier_run_that_is_not_alive(engine):
+    engine.ray_table = [node("10.0.0.1"), node("10.0.0.2")]
+    run(ray_node, dict(WORKER, run_id="run-0"))
+    engine.containers.items["sparkfleet-ray"].tables = [[node("10.0.0.1")]]  # its raylet is gone, it still runs
+    rc, res = run(ray_node, dict(WORKER, run_id="run-1"), check_mode=True)
+    assert rc == 0 and res["changed"] is True and len(engine.containers.runs) == 1
+    rc, res = run(ray_node, dict(WORKER, run_id="run-1"))
+    assert rc == 0 and res["changed"] is True and res["done"] is True and len(engine.containers.runs) == 2
+
+
+def test_ray_node_without_the_gpu_fails_with_the_fix(engine):
+    engine.ray_table = [node("10.0.0.1"), node("10.0.0.2", gpus=0)]
+    rc, res = run(ray_node, WORKER)
+    assert rc == 1 and "registered 0 GPU(s), expected 1" in res["msg"] and "NVIDIA Container Toolkit" in res["msg"]
+
+
+def test_the_image_build_reports_its_steps_and_its_last_output_line(tmp_path):
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.progress import Progress, read_progress
+    from ansible_collections.sparkfleet.vllm.plugins.modules import vllm_image
+
+    path = str(tmp_path / "build.json")
+    progress = Progress(path, "b1", unit="steps", phase="building")
+    seen = []
+
+    class Api:
+        def build(self, **kwargs):
+            for chunk in ({"stream": "Step 1/3 : FROM base@sha256:ab\n"}, {"stream": " ---> 1234\n"},
+                          {"stream": "Step 2/3 : RUN pip install ray==2.60.0\n"},
+                          {"stream": "Collecting ray==2.60.0\n"}, {"stream": "Step 3/3 : LABEL x=y\n"}):
+                progress.last = 0.0  # every update is written, as if a second had passed
+                yield chunk
+                seen.append(read_progress(path, "b1"))
+
+    class Cli:
+        api = Api()
+
+    vllm_image.build(Cli(), "t:1", "FROM base", "2.60.0", {}, {}, progress)
+    assert [(d["done"], d["total"], d["note"]) for d in seen] == [
+        (1, 3, "FROM base@sha256:ab"), (1, 3, "FROM base@sha256:ab | ---> 1234"),
+        (2, 3, "RUN pip install ray==2.60.0"), (2, 3, "RUN pip install ray==2.60.0 | Collecting ray==2.60.0"),
+        (3, 3, "LABEL x=y")]
