@@ -31,6 +31,16 @@ options:
     description: The first node of the chain.
     type: str
     required: true
+attributes:
+  check_mode:
+    support: full
+    details: Predicts C(changed=true) and sends nothing.
+  diff_mode:
+    support: none
+    details: Nothing changes on this node; the receivers show what changes on theirs.
+  idempotent:
+    support: none
+    details: Every run sends; the play runs it only when a node needs a copy.
 """
 
     RECEIVE = r"""
@@ -43,4 +53,11 @@ options:
     description: The next node of the chain; empty on the last one.
     type: str
     default: ""
+attributes:
+  check_mode:
+    support: full
+    details: Predicts C(changed=true) and receives nothing.
+  idempotent:
+    support: none
+    details: Every run receives; the play runs it only on nodes that need a copy.
 """

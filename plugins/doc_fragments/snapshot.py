@@ -37,4 +37,7 @@ options:
       - V(0), and check mode (which records nothing), hash the whole snapshot in one call.
     type: int
     default: 20
+  expected_digest:
+    description: The snapshot digest this node must match (the seed node's); another file set differs.
+    type: str
 """

@@ -30,6 +30,7 @@ SNAPSHOT_ARGS = dict(
 VERIFY_ARGS = dict(
     hash_blobs=dict(type="bool", default=True),
     poll_seconds=dict(type="int", default=20),
+    expected_digest=dict(type="str"),
 )
 
 
@@ -219,13 +220,15 @@ def verify_snapshot(hub_dir, repo_id, revision, hash_blobs=True, use_manifest=Tr
 
 def verify_polled(params, check_mode, clock=time):
     """One call of a snapshot check in bounded polls (SNAPSHOT_ARGS and VERIFY_ARGS in ``params``): the
-    report of verify_snapshot, with ``done`` and a ``progress`` line. Raises ValueError on a bad repo_id."""
+    report of verify_snapshot, with ``done``, a ``progress`` line and ``differs`` (a finished, intact copy
+    whose digest is not ``expected_digest``). Raises ValueError on a bad repo_id."""
     p = params
     bounded = p["poll_seconds"] > 0 and not check_mode
     report = verify_snapshot(p["hub_dir"], p["repo_id"], p["revision"], hash_blobs=p["hash_blobs"],
                              save=not check_mode, deadline=clock.monotonic() + p["poll_seconds"] if bounded else None,
                              clock=clock)
     report["done"] = not report["pending"] or bool(report["problems"])
+    report["differs"] = bool(report["ok"] and p.get("expected_digest") and report["digest"] != p["expected_digest"])
     sizes = {b: e["stamp"][0] for b, e in report["verified"].items()}
     known = sum(sizes.get(blob, 0) for blob in set(report["files"].values()))
     report["progress"] = "%s@%s: %d of %d files %s, %.2f of %.2f GiB%s" % (

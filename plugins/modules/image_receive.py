@@ -25,15 +25,9 @@ options:
   port:
     default: 29400
 attributes:
-  check_mode:
-    support: full
-    details: Predicts C(changed=true) and receives nothing.
   diff_mode:
     support: full
     details: This node's image ID before and after (the play reads it through C(async_status)).
-  idempotent:
-    support: none
-    details: Every run receives; the play runs it only on nodes that need the image.
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
   - sparkfleet.vllm.docker

@@ -24,16 +24,6 @@ options:
     required: true
   port:
     default: 29400
-attributes:
-  check_mode:
-    support: full
-    details: Predicts C(changed=true) and sends nothing.
-  diff_mode:
-    support: none
-    details: Nothing changes on this node; the receivers show what changes on theirs.
-  idempotent:
-    support: none
-    details: Every run sends the image; the play runs it only when a node needs it.
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
   - sparkfleet.vllm.docker

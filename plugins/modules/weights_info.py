@@ -13,10 +13,7 @@ description:
     its hash, reusing the hashes of unchanged blobs) and reports what it found without failing, so that a
     play can send the snapshot to the nodes that need it.
   - One call hashes for at most O(poll_seconds) and returns RV(done); run it with C(until) on RV(done).
-options:
-  expected_digest:
-    description: The snapshot digest this node should match (the seed node's); a node that differs needs a copy.
-    type: str
+options: {}
 attributes:
   check_mode:
     support: full
@@ -81,7 +78,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils.checkpoint import 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(SNAPSHOT_ARGS, **VERIFY_ARGS, expected_digest=dict(type="str")),
+        argument_spec=dict(SNAPSHOT_ARGS, **VERIFY_ARGS),
         supports_check_mode=True,
     )
     p = module.params
@@ -89,8 +86,7 @@ def main():
         report = verify_polled(p, module.check_mode)
     except ValueError as exc:
         module.fail_json(msg="weights_info: %s" % exc)
-    differs = bool(p["expected_digest"]) and report["digest"] != p["expected_digest"]
-    module.exit_json(changed=False, needed=not report["ok"] or differs, problems=report["problems"],
+    module.exit_json(changed=False, needed=not report["ok"] or report["differs"], problems=report["problems"],
                      done=report["done"], progress=report["progress"], digest=report["digest"])
 
 

@@ -30,16 +30,10 @@ options:
   port:
     default: 29401
 attributes:
-  check_mode:
-    support: full
-    details: Predicts C(changed=true) and receives nothing.
   diff_mode:
     support: full
     details: The snapshot's file-to-blob manifest on this node before and after (the play reads it through
       C(async_status)); in check mode nothing is received, so nothing is compared.
-  idempotent:
-    support: none
-    details: Every run receives; the play runs it only on nodes that need the snapshot.
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
   - sparkfleet.vllm.snapshot

@@ -18,10 +18,7 @@ description:
   - One call hashes for at most O(poll_seconds) and returns RV(done); run it with C(until) on RV(done).
   - Fails naming the node, the file and the fault. M(sparkfleet.vllm.weights_info) reports the same findings
     without failing.
-options:
-  expected_digest:
-    description: The snapshot digest this node must match (the seed node's).
-    type: str
+options: {}
 attributes:
   check_mode:
     support: full
@@ -99,7 +96,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils.checkpoint import 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(SNAPSHOT_ARGS, **VERIFY_ARGS, expected_digest=dict(type="str")),
+        argument_spec=dict(SNAPSHOT_ARGS, **VERIFY_ARGS),
         supports_check_mode=True,
     )
     p = module.params
@@ -110,7 +107,7 @@ def main():
     if report["problems"]:
         module.fail_json(msg="%s@%s is not intact on this node: %s" % (p["repo_id"], p["revision"][:12],
                                                                        "; ".join(report["problems"])), **report)
-    if report["done"] and p["expected_digest"] and report["digest"] != p["expected_digest"]:
+    if report["differs"]:
         module.fail_json(msg="snapshot digest %s differs from the seed node's %s (different file set)"
                              % (report["digest"], p["expected_digest"]), **report)
     module.exit_json(changed=False, **report)
