@@ -6,15 +6,20 @@ A module started with ``async`` (a transfer's sender or receiver, the image buil
 phase, amount and rate while it runs. Ansible's own ``async_status`` only says "not finished" (it reads
 the job's final result, nothing in between), hence this file.
 
-Document: {session, state (starting|running|done|failed), phase, done, total, unit (bytes|steps), note,
-started, phase_started, moved, seconds, updated, error, result}. ``moved`` is the last time ``done`` grew,
-so a poll can tell a stalled step from a slow one.
+Document: {session, pid, state (starting|running|done|failed), phase, done, total, unit (bytes|steps),
+note, started, phase_started, moved, seconds, updated, error, result}. ``moved`` is the last time ``done``
+grew, so a poll can tell a stalled step from a slow one; ``pid`` lets it tell a step that died without a
+word (killed, or an uncaught error) from one that is still running.
+
+The file may name hosts and show a build's output, so its directory is 0700 and the file 0600, written
+without following links (the default directory is under /var/tmp).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 # The phases that count bytes; any other phase is shown by its name alone.
@@ -38,12 +43,16 @@ class Progress:
         if not self.path:
             return
         now = self.clock.time()
-        doc = dict(session=self.session, state=state, phase=self.phase, done=self.done, total=self.total,
-                   unit=self.unit, note=self.note, started=self.start, phase_started=self.phase_start,
-                   moved=self.moved, seconds=round(now - self.start, 3), updated=now, **extra)
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as fh:
+        doc = dict(session=self.session, pid=os.getpid(), state=state, phase=self.phase, done=self.done,
+                   total=self.total, unit=self.unit, note=self.note, started=self.start,
+                   phase_started=self.phase_start, moved=self.moved, seconds=round(now - self.start, 3),
+                   updated=now, **extra)
+        os.makedirs(os.path.dirname(self.path) or ".", mode=0o700, exist_ok=True)
+        tmp = "%s.%d.tmp" % (self.path, os.getpid())
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(fd, "w") as fh:
             json.dump(doc, fh)
         os.replace(tmp, self.path)
         self.last = now
@@ -72,14 +81,46 @@ class Progress:
         self._write("failed", error=message)
 
 
-def read_progress(path, session):
-    """The progress file of ``session`` at ``path``; None while there is none (or only an older session's)."""
+# A step's start on its node against the controller's time of launching it: the preflight refuses clock
+# skew over 2 s, so a file started more than this before the launch is an earlier run's.
+SKEW = 5.0
+
+# Credentials a build's output line may carry (a URL's user:password, NAME=value of a secret-like name).
+_SECRETS = re.compile(r"(://)[^/\s@]+@|((?:KEY|TOKEN|SECRET|PASSW\w*|CREDENTIAL\w*)\s*[=:]\s*)\S+", re.I)
+
+
+def redact(text):
+    """Pure: ``text`` with URL credentials and secret-like assignments replaced by <redacted>."""
+    return _SECRETS.sub(lambda m: (m.group(1) + "<redacted>@") if m.group(1) else m.group(2) + "<redacted>", text)
+
+
+def read_progress(path, session, since=None):
+    """The progress file of ``session`` at ``path``; None while there is none, or only an older session's,
+    or (``since``: the controller's time of launching the step) one that an earlier run left."""
     try:
         with open(path) as fh:
             doc = json.load(fh)
     except (OSError, ValueError):
         return None
-    return doc if isinstance(doc, dict) and doc.get("session") == session else None
+    if not isinstance(doc, dict) or doc.get("session") != session:
+        return None
+    if since is not None and doc.get("started", 0) < since - SKEW:
+        return None
+    return doc
+
+
+def process_gone(doc):
+    """Whether the process that writes ``doc`` has ended although the document is not final (it was killed,
+    or died on an error it did not report)."""
+    if doc.get("state") in ("done", "failed") or not doc.get("pid"):
+        return False
+    try:
+        os.kill(doc["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def describe(what, doc, now=None):

@@ -205,7 +205,7 @@ def _send(source_argv, host, port, session, connect_timeout, progress):
 
 
 def send_argument_spec(port):
-    """The options of a chain's sender (documented once, in the sparkfleet.vllm.chain_send fragment)."""
+    """The options of a chain's sender (documented once, in the sparkfleet.vllm.chain and .chain.send fragments)."""
     return dict(
         port=dict(type="int", default=port),
         target_host=dict(type="str", required=True),
@@ -215,7 +215,7 @@ def send_argument_spec(port):
 
 
 def receive_argument_spec(port):
-    """The options of a chain's receiver (documented once, in the sparkfleet.vllm.chain_receive fragment)."""
+    """The options of a chain's receiver (documented in the sparkfleet.vllm.chain and .chain.receive fragments)."""
     return dict(
         port=dict(type="int", default=port),
         bind_address=dict(type="str", default="0.0.0.0"),  # noqa: S104

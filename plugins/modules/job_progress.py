@@ -15,8 +15,11 @@ description:
     M(sparkfleet.vllm.vllm_image)), and returns its phase, amount, rate and a RV(progress) line.
   - One call waits at most O(poll_seconds), returning early when the step ends. Run it with C(until) so
     that a long step reports as it goes; the C(sparkfleet.vllm.report) callback prints each poll's line.
-  - Fails with the step's own message when it failed, when its amount did not grow for O(stall_seconds),
-    or when no progress file of this O(session) appeared within O(stall_seconds).
+  - Fails with the step's own message when it failed; when its process ended without a result (killed, or
+    an error it did not report; C(async_status) then holds the error); when the amount of a phase that
+    counts bytes or build steps did not grow for O(stall_seconds) (waiting for a peer is bounded by the
+    step's own timeout instead); or when no progress file of this run appeared within O(start_seconds) of
+    O(started_at).
   - Ansible's C(async_status) then collects the step's result.
 options:
   progress_file:
@@ -31,12 +34,23 @@ options:
     description: What the step does, for the progress line.
     type: str
     default: transfer
+  started_at:
+    description:
+      - When the step was launched, in seconds since the epoch on the controller (the play sets it once,
+        before the C(async) task). A progress file started well before it is an earlier run's and is not
+        read; without it, only the O(session) tells runs apart.
+    type: float
+  start_seconds:
+    description: Seconds after O(started_at) (or after this call began) by which the step must have written its
+      progress file.
+    type: int
+    default: 60
   poll_seconds:
     description: Longest wait of one call.
     type: int
     default: 20
   stall_seconds:
-    description: Seconds without progress (or without a progress file) before the step counts as stalled.
+    description: Seconds without progress, in a phase that counts, before the step counts as stalled.
     type: int
     default: 300
 extends_documentation_fragment:
@@ -52,6 +66,7 @@ EXAMPLES = r"""
     progress_file: /var/tmp/sparkfleet/image-send.json
     session: "{{ image.image_id }}"
     what: image
+    started_at: "{{ launched }}"
   register: sent
   until: sent is failed or sent.done
   retries: 200
@@ -103,7 +118,12 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils.progress import describe, read_progress
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.progress import (
+    COUNTING,
+    describe,
+    process_gone,
+    read_progress,
+)
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.waiter import WaitAborted, WaitTimeout, wait_for
 
 
@@ -113,28 +133,35 @@ def main():
             progress_file=dict(type="path", required=True),
             session=dict(type="str", required=True),
             what=dict(type="str", default="transfer"),
+            started_at=dict(type="float"),
+            start_seconds=dict(type="int", default=60),
             poll_seconds=dict(type="int", default=20),
             stall_seconds=dict(type="int", default=300),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    began = time.time()
+    began = p["started_at"] or time.time()
 
     def probe():
-        return read_progress(p["progress_file"], p["session"])
+        return read_progress(p["progress_file"], p["session"], since=p["started_at"])
 
     def predicate(doc):
         now = time.time()
         if doc is None:
-            if now - began > p["stall_seconds"]:
-                raise WaitAborted("no progress file %s for session %s after %d s: the step never started"
-                                  % (p["progress_file"], p["session"], p["stall_seconds"]))
+            if now - began > p["start_seconds"]:
+                raise WaitAborted("no progress file %s for session %s %d s after the step was launched: it never "
+                                  "started (async_status holds why)" % (p["progress_file"], p["session"], now - began))
             return False, describe(p["what"], doc)
         if doc["state"] == "failed":
             raise WaitAborted(doc.get("error") or "it failed without a message")
-        if doc["state"] != "done" and now - doc["moved"] > p["stall_seconds"]:
-            raise WaitAborted("no progress for %d s; last seen: %s" % (now - doc["moved"], describe(p["what"], doc)))
+        if process_gone(doc):
+            raise WaitAborted("its process (pid %s) ended without a result (killed, or an unreported error; "
+                              "async_status holds it); last seen: %s" % (doc["pid"], describe(p["what"], doc)))
+        counting = doc.get("unit") == "steps" or doc.get("phase") in COUNTING
+        moved = doc.get("moved", doc.get("updated", now))
+        if doc["state"] != "done" and counting and now - moved > p["stall_seconds"]:
+            raise WaitAborted("no progress for %d s; last seen: %s" % (now - moved, describe(p["what"], doc)))
         return doc["state"] == "done", describe(p["what"], doc, now)
 
     try:

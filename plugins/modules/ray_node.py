@@ -100,7 +100,7 @@ options:
     description:
       - Names this join, in a label on the container. A container started under the same O(run_id) is this
         join's own attempt, waited on; any other running container that is not alive in the table is
-        restarted. Empty picks a new name for the call (use it with O(poll_seconds=0)).
+        restarted. Required with O(poll_seconds); empty picks a new name for a call with O(poll_seconds=0).
     type: str
     default: ""
   state:
@@ -137,7 +137,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 done:
-  description: Whether the node is alive in the cluster's table (false only when O(poll_seconds) ran out first).
+  description: Whether the node is alive in the cluster's table; false when O(poll_seconds) ran out first, and in
+    check mode when the container would be (re)started.
   returned: state is present
   type: bool
 progress:
@@ -185,6 +186,9 @@ def container_spec(p):
 
 RUN_LABEL = "sparkfleet.run"
 ATTEMPT_LABEL = "sparkfleet.attempt"
+# What ran before this join, as its diff shows it (secrets already shown only as set), so the poll that
+# ends a join of several polls still shows what it replaced.
+BEFORE_LABEL = "sparkfleet.diff-before"
 
 
 def observe(container, ip):
@@ -199,8 +203,9 @@ def observe(container, ip):
         ip, "alive" if alive else "not in the table yet", n)
 
 
-def start(cli, p, spec, digest, run_id, attempt):
-    labelled = dict(spec, labels=dict(spec["labels"], **{RUN_LABEL: run_id, ATTEMPT_LABEL: str(attempt)}))
+def start(cli, p, spec, digest, run_id, attempt, diff):
+    labels = {RUN_LABEL: run_id, ATTEMPT_LABEL: str(attempt), BEFORE_LABEL: json.dumps(diff["before"], sort_keys=True)}
+    labelled = dict(spec, labels=dict(spec["labels"], **labels))
     return _docker.replace(cli, p["container_name"], labelled, "ray-%s" % p["role"], digest=digest)
 
 
@@ -214,11 +219,13 @@ def join(module, cli, p, spec, digest, run_id, diff):
         state = _docker.container_state(container)
         ours = state["exists"] and container.labels.get(RUN_LABEL) == run_id and state["spec"] == digest
         attempt = int(container.labels.get(ATTEMPT_LABEL) or 1) if ours else 0
+        if ours and container.labels.get(BEFORE_LABEL):
+            diff = dict(diff, before=json.loads(container.labels[BEFORE_LABEL]))
         if not ours:
             if module.check_mode:
                 module.exit_json(changed=True, done=False, attempts=0, diff=diff,
                                  progress="Ray %s %s: would be (re)started" % (p["role"], ip))
-            container, attempt = start(cli, p, spec, digest, run_id, 1), 1
+            container, attempt = start(cli, p, spec, digest, run_id, 1, diff), 1
         try:
             alive, gpus, seen = observe(container, ip)
         except _docker.DockerFailure as exc:
@@ -234,7 +241,7 @@ def join(module, cli, p, spec, digest, run_id, diff):
                         "on this node and dockerd was restarted after it (docker info lists the nvidia "
                         "runtime), and that nvidia-smi works on the host"
                         % (p["role"], ip, gpus, p["gpus"]), container_id=container.id)
-            return container, attempt, True, seen
+            return container, attempt, True, seen, diff
         age = time.time() - _docker.started_at(container)
         if age >= p["join_timeout"] or container.status != "running":
             last = "%s\n--- last log lines ---\n%s" % (seen, _docker.logs(container, tail=25))
@@ -242,13 +249,13 @@ def join(module, cli, p, spec, digest, run_id, diff):
                 module.fail_json(msg="Ray %s on %s did not come up after %d attempts of %d s (head %s:%s): %s"
                                      % (p["role"], ip, p["retries"], p["join_timeout"], p["head_ip"] or ip,
                                         p["port"], last))
-            container, attempt = start(cli, p, spec, digest, run_id, attempt + 1), attempt + 1
+            container, attempt = start(cli, p, spec, digest, run_id, attempt + 1, diff), attempt + 1
             age = 0.0
         line = "Ray %s %s, attempt %d of %d, %d of %d s" % (p["role"], seen, attempt, p["retries"], age,
                                                             p["join_timeout"])
         left = p["poll_seconds"] - (time.monotonic() - began) if p["poll_seconds"] else 3
         if left <= 0:
-            return container, attempt, False, line
+            return container, attempt, False, line, diff
         time.sleep(min(3, left))
 
 
@@ -293,6 +300,9 @@ def main():
             module.fail_json(msg="image %s is not on this node; run the image stage first" % p["image"])
         if p["role"] == "worker" and not p["head_ip"]:
             module.fail_json(msg="head_ip is required for a worker")
+        if p["poll_seconds"] and not p["run_id"]:
+            module.fail_json(msg="run_id is required with poll_seconds: a later poll finds its own join by it "
+                                 "(set it once per run, for example to the time the join began)")
         spec = container_spec(p)
         digest = _docker.spec_digest(spec)
         existing = _docker.current(cli, name)
@@ -310,7 +320,7 @@ def main():
                 _docker.remove(cli, name)  # current, but not alive and not this join's own: start it anew
         if not module.check_mode:
             _docker.ensure_volume(cli, p["ray_tmp_volume"], tmp_volume_opts(p["ray_tmp_size"]))
-        container, attempt, done, line = join(module, cli, p, spec, digest, run_id, diff)
+        container, attempt, done, line, diff = join(module, cli, p, spec, digest, run_id, diff)
         # Changed: this join (run_id) started the container, in this call or an earlier poll of it.
         module.exit_json(changed=True, done=done, container_id=container.id, attempts=attempt, progress=line,
                          diff=diff)

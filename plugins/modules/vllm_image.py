@@ -128,7 +128,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils.image_build import
     render,
     tag_for,
 )
-from ansible_collections.sparkfleet.vllm.plugins.module_utils.progress import Progress
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.progress import Progress, redact
 
 STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)")
 
@@ -154,11 +154,11 @@ def build(cli, tag, dockerfile, ray_version, build_args, files, progress):
                 line = raw.strip()
                 found = STEP.match(line)
                 if found:
-                    step, instruction = int(found.group(1)), found.group(3)[:100]
+                    step, instruction = int(found.group(1)), redact(found.group(3)[:100])
                     progress.update(step, total=int(found.group(2)), note=instruction)
                 elif line and step:
                     # Any output counts as progress: a long RUN (pip, patches) shows its last line.
-                    progress.update(step, note="%s | %s" % (instruction, line[:100]), alive=True)
+                    progress.update(step, note=redact("%s | %s" % (instruction, line[:100])), alive=True)
         if "error" in chunk:
             error = chunk["error"]
     if error:

@@ -45,7 +45,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 needed:
-  description: Whether this node lacks an intact copy (set once RV(done)).
+  description: Whether this node lacks an intact copy; true also while files are left to hash, so read it once
+    RV(done) is true.
   returned: success
   type: bool
 problems:

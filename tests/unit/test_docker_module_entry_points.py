@@ -290,3 +290,21 @@ def test_the_image_build_reports_its_steps_and_its_last_output_line(tmp_path):
         (1, 3, "FROM base@sha256:ab"), (1, 3, "FROM base@sha256:ab | ---> 1234"),
         (2, 3, "RUN pip install ray==2.60.0"), (2, 3, "RUN pip install ray==2.60.0 | Collecting ray==2.60.0"),
         (3, 3, "LABEL x=y")]
+
+
+def test_ray_node_diff_of_a_join_over_several_polls_still_shows_what_it_replaced(engine):
+    engine.ray_table = [node("10.0.0.1"), node("10.0.0.2")]
+    run(ray_node, dict(WORKER, run_id="run-0"))
+    engine.ray_table = [node("10.0.0.1")]
+    rc, first = run(ray_node, dict(WORKER, image="img:2", join_timeout=60))
+    assert rc == 0 and first["done"] is False and first["diff"]["before"]["image"] == "img:1"
+    engine.ray_table = [node("10.0.0.1"), node("10.0.0.2")]
+    rc, last = run(ray_node, dict(WORKER, image="img:2", join_timeout=60))
+    assert rc == 0 and last["done"] is True and last["changed"] is True
+    assert last["diff"]["before"]["image"] == "img:1" and last["diff"]["after"]["image"] == "img:2"
+
+
+def test_ray_node_polls_need_a_run_id(engine):
+    rc, res = run(ray_node, dict(WORKER, run_id=""))
+    assert rc == 1 and res["msg"].startswith("run_id is required with poll_seconds")
+    assert engine.containers.runs == []

@@ -2,12 +2,14 @@
 reports it, through the poll module's entry point."""
 
 import json
+import subprocess
+import sys
 import threading
 import time
 
 from module_runner import run
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils.progress import Progress, describe, read_progress
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.progress import Progress, describe, read_progress, redact
 from ansible_collections.sparkfleet.vllm.plugins.modules import job_progress
 
 
@@ -84,7 +86,7 @@ def test_a_failed_step_fails_the_poll_with_its_own_message(tmp_path):
                                       "bytes: Connection reset by peer")
 
 
-def test_a_stalled_or_never_started_step_fails_the_poll(tmp_path):
+def test_a_stalled_step_fails_the_poll_but_waiting_for_a_peer_does_not(tmp_path):
     path = str(tmp_path / "p.json")
     progress = Progress(path, "s1", phase="sent")
     progress.last = 0.0
@@ -95,9 +97,65 @@ def test_a_stalled_or_never_started_step_fails_the_poll(tmp_path):
     (tmp_path / "p.json").write_text(json.dumps(doc))
     rc, res = run(job_progress, {"progress_file": path, "session": "s1", "stall_seconds": 300})
     assert rc == 1 and "no progress for 400 s; last seen: transfer: 0.00 GiB sent" in res["msg"]
-    rc, res = run(job_progress, {"progress_file": str(tmp_path / "none.json"), "session": "s1",
-                                 "stall_seconds": 0, "poll_seconds": 2})
-    assert rc == 1 and "the step never started" in res["msg"]
+    # A receiver waiting 400 s for its stream (the sender hashes first) is bounded by its own timeout.
+    doc.update(phase="waiting for the stream on port 29401", done=0)
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    rc, res = run(job_progress, {"progress_file": path, "session": "s1", "stall_seconds": 300, "poll_seconds": 1})
+    assert rc == 0 and res["done"] is False and res["progress"].startswith("transfer: waiting for the stream")
+
+
+def test_a_step_that_never_started_fails_once_start_seconds_passed_since_its_launch_not_per_call(tmp_path):
+    args = {"progress_file": str(tmp_path / "none.json"), "session": "s1", "poll_seconds": 1, "start_seconds": 30}
+    rc, res = run(job_progress, dict(args, started_at=time.time() - 10))
+    assert rc == 0 and res["done"] is False  # 11 s after the launch: it may still start
+    rc, res = run(job_progress, dict(args, started_at=time.time() - 40))
+    assert rc == 1 and "s after the step was launched: it never started" in res["msg"]
+
+
+def test_a_file_an_earlier_run_left_is_not_read_as_this_runs(tmp_path):
+    path = str(tmp_path / "p.json")
+    old = Progress(path, "img-1", phase="sent")
+    old.start -= 3600
+    old.finish({"bytes": 5, "sha256": "old", "seconds": 1.0})  # the same session (image ID), an hour ago
+    args = {"progress_file": path, "session": "img-1", "poll_seconds": 1}
+    rc, res = run(job_progress, dict(args, started_at=time.time() - 2))
+    assert rc == 0 and res["done"] is False and res["progress"] == "transfer: waiting for it to start"
+    rc, res = run(job_progress, args)  # without started_at only the session tells runs apart
+    assert rc == 0 and res["done"] is True
+
+
+def test_a_step_whose_process_died_without_a_result_fails_at_once(tmp_path):
+    path = str(tmp_path / "p.json")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    Progress(path, "s1", phase="sent")
+    doc = json.loads((tmp_path / "p.json").read_text())
+    doc["pid"] = child.pid
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    rc, res = run(job_progress, {"progress_file": path, "session": "s1", "poll_seconds": 1})
+    assert rc == 0 and res["done"] is False  # alive: still running
+    child.kill()
+    child.wait()
+    started = time.monotonic()
+    rc, res = run(job_progress, {"progress_file": path, "session": "s1", "poll_seconds": 20})
+    assert rc == 1 and "its process (pid %d) ended without a result" % child.pid in res["msg"]
+    assert time.monotonic() - started < 5
+
+
+def test_the_file_is_private_and_never_written_through_a_link(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_text("keep")
+    path = tmp_path / "dir" / "p.json"
+    Progress(str(path), "s1")
+    assert oct(path.stat().st_mode & 0o777) == "0o600" and oct(path.parent.stat().st_mode & 0o777) == "0o700"
+    path.unlink()
+    path.symlink_to(target)
+    Progress(str(path), "s2")  # the link itself is replaced; its target is untouched
+    assert target.read_text() == "keep" and not path.is_symlink()
+
+
+def test_build_output_is_redacted():
+    assert redact("Collecting x from https://bob:hunter2@pypi.example/simple HF_TOKEN=hf_abc api_key: s3") == (
+        "Collecting x from https://<redacted>@pypi.example/simple HF_TOKEN=<redacted> api_key: <redacted>")
 
 
 def test_output_of_a_long_build_step_counts_as_progress(tmp_path):
