@@ -11,13 +11,16 @@ import pkgutil
 import re
 import tarfile
 
-TEMPLATE_VERSION = "2"
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.validation import PEP440
+
+TEMPLATE_VERSION = "3"
 
 DOCKERFILE = """\
 FROM {base}
 ARG RAY_VERSION
-# Keep the base's Ray when it is the pinned version; install the pinned one otherwise.
-RUN if python3 -c "import ray, sys; sys.exit(ray.__version__ != '${{RAY_VERSION}}')" 2>/dev/null; \\
+# Keep the base's Ray when it is the pinned version; install the pinned one otherwise. The version reaches
+# Python as data (the build argument is in the environment), never pasted into its code.
+RUN if python3 -c "import os, ray, sys; sys.exit(ray.__version__ != os.environ['RAY_VERSION'])" 2>/dev/null; \\
     then echo "ray ${{RAY_VERSION}} already in the base"; \\
     else python3 -m pip install --no-cache-dir "ray==${{RAY_VERSION}}"; fi
 {pip}
@@ -25,7 +28,7 @@ COPY sparkfleet_patches /etc/sparkfleet/sparkfleet_patches
 COPY apply_patches.py image_facts.py /etc/sparkfleet/
 {patch}
 RUN python3 /etc/sparkfleet/image_facts.py > /etc/sparkfleet/versions.json && cat /etc/sparkfleet/versions.json
-LABEL org.sparkfleet.base-id="{base_id}" org.sparkfleet.ray-version="{ray}"
+LABEL org.sparkfleet.base-id="{base_id}" org.sparkfleet.ray-version="${{RAY_VERSION}}"
 """
 
 # Runs inside the image at build time. torch.cuda.get_arch_list() is empty without a GPU (and a build has
@@ -58,16 +61,22 @@ _PIP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-
 
 
 def validate_pip(packages):
-    bad = [p for p in packages if not _PIP_NAME.match(p)]
+    bad = [p for p in packages if not _PIP_NAME.fullmatch(p)]
     if bad:
         raise ValueError("pip_packages must be pinned as name==version; fix %s" % ", ".join(bad))
 
 
 def render(base, base_id, ray_version, pip_packages, patch_ids=(), required=()):
+    # Values that reach the Dockerfile's text are refused unless they are plain data of their kind (the
+    # validate role refuses them earlier, naming the inventory setting).
+    if not isinstance(ray_version, str) or not PEP440.fullmatch(ray_version):
+        raise ValueError("ray_version %r is not a PEP 440 release; write it as X.Y.Z" % (ray_version,))
+    if not re.fullmatch(r"[^\s\0\"]+", str(base)) or not re.fullmatch(r"sha256:[0-9a-f]{64}|[^\s\0\"]+", str(base_id)):
+        raise ValueError("base image %r (%r) is not an image reference" % (base, base_id))
     validate_pip(pip_packages)
     pip = ("RUN python3 -m pip install --no-cache-dir %s" % " ".join(pip_packages)) if pip_packages else ""
     patch = PATCH_LINE.format(ids=",".join(patch_ids), required=",".join(required)) if patch_ids else ""
-    return DOCKERFILE.format(base=base, base_id=base_id, ray=ray_version, pip=pip, patch=patch)
+    return DOCKERFILE.format(base=base, base_id=base_id, pip=pip, patch=patch)
 
 
 def tag_for(prefix, base_id, ray_version, dockerfile, build_args, extra_files=None):

@@ -9,10 +9,20 @@ OWNED = ("--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp", "--
 SECRET_FLAGS = ("--api-key",)
 
 
+def flag_name(arg):
+    """Pure: the flag an argument sets, in vLLM's canonical spelling. vLLM's parser takes ``--x_y`` for
+    ``--x-y`` and ``--x=v`` for ``--x v``, so a check against a flag name must compare these forms:
+    ``--Tensor_Parallel_Size=4`` is ``--tensor-parallel-size``. A value (no leading dash) is returned as is."""
+    head = str(arg).split("=", 1)[0]
+    if head.startswith("--"):
+        return "--" + head[2:].replace("_", "-").lower()
+    return head
+
+
 def serve_argv(model_path, served_name, tp, pp, port, host, extra_args=()):
     extra = list(extra_args)
     for arg in extra:
-        flag = str(arg).split("=", 1)[0]
+        flag = flag_name(arg)
         if flag in SECRET_FLAGS:
             raise ValueError("extra_args must not carry %s: set the API key through api_key, which reaches vLLM "
                              "as VLLM_API_KEY in its environment, never on the command line" % flag)

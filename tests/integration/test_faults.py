@@ -178,6 +178,31 @@ def test_corrupt_shard_on_a_worker_is_found_and_repaired():
     assert sent["host"] == "sim-spark-00" and sent["bytes"] > 0 and sent["mib_per_s"] < 1.5
 
 
+def node_files():
+    """The files a deploy keeps on every node (weights cache, progress and boot state), with size and mtime."""
+    return {node: node_exec(node, "sh", "-c", "find /root/.cache/huggingface /var/tmp/sparkfleet -printf "
+                                              "'%p %s %T@\\n' 2>/dev/null | sort").stdout for node in NODES}
+
+
+def test_hostile_inputs_are_all_refused_at_once_before_anything_changes():
+    before, files = cluster_state(), node_files()
+    rc, out = deploy({"sparkfleet_tensor_parallel_size": True, "sparkfleet_node_ip": "127.0.0.1",
+                      "sparkfleet_serve_env": {"LD_PRELOAD": "/tmp/evil.so"},
+                      "sparkfleet_serve_extra_args": ["--tensor_parallel_size=2"],
+                      "sparkfleet_ray_version": "2.60.0'); import os; ('",
+                      "sparkfleet_model_revision": "adf62bedb5f84dd6529c6ce75e89f47d9edd7b9d\n"})
+    assert rc != 0
+    assert "problem(s) in the deploy's inputs, nothing was changed" in out, out[-4000:]
+    for field in ("sparkfleet_tensor_parallel_size: True is a boolean, not an integer",
+                  "sim-spark-01: sparkfleet_node_ip: 127.0.0.1 is a loopback address",
+                  "sparkfleet_serve_env.LD_PRELOAD: LD_PRELOAD changes what",
+                  "sparkfleet_serve_extra_args: --tensor_parallel_size=2 is --tensor-parallel-size",
+                  "sparkfleet_ray_version: \"2.60.0'); import os; ('\" is not a PEP 440 release",
+                  "sparkfleet_model_revision (or the recipe's revision): "):
+        assert field in out, (field, out[-4000:])
+    assert cluster_state() == before and node_files() == files
+
+
 def test_bad_topology_fails_before_touching_a_node():
     before = started_at(HEAD, "sparkfleet-vllm")
     rc, out = deploy({"sparkfleet_tensor_parallel_size": 3})
