@@ -241,9 +241,9 @@ def check_inputs(settings, recipe, nodes, ports, ray_port=6379):
         c.add("sparkfleet_tensor_parallel_size", "is not set", "set the TP size (TP x PP = the cluster's GPUs)")
     else:
         c.integer("sparkfleet_tensor_parallel_size", s["sparkfleet_tensor_parallel_size"], 1, 64,
-                       "set the TP size, an integer (TP x PP = the cluster's GPUs)")
+                  "set the TP size, an integer (TP x PP = the cluster's GPUs)")
     c.integer("sparkfleet_pipeline_parallel_size", s.get("sparkfleet_pipeline_parallel_size", 1), 1, 16,
-                   "set the PP size, an integer")
+              "set the PP size, an integer")
     for key, low, high in (("sparkfleet_kv_cache_gib", 0, 1024), ("sparkfleet_memory_margin_gib", 0, 1024)):
         if key in s:
             c.number(key, s[key], low, high, "give GiB as a number")

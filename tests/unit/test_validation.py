@@ -61,11 +61,6 @@ def node_var(host, key, value):
     return lambda i: i["nodes"][host].__setitem__(key, value)
 
 
-def nodes(n):
-    return lambda i: i.__setitem__("nodes", {"spark-%02d" % k: {"sparkfleet_node_ip": "10.0.0.%d" % (10 + k)}
-                                              for k in range(n)})
-
-
 def extra(*args):
     return setting("sparkfleet_serve_extra_args", list(args))
 
