@@ -5,6 +5,7 @@ Order matters: every test injects a fault, observes the failure, and the next de
 
 import json
 import secrets
+from pathlib import Path
 
 import pytest
 from conftest import BIN, HEAD, REPO, deploy, install_artifact, node_exec, run_report, sh
@@ -233,6 +234,35 @@ def test_api_key_protects_v1_and_never_reaches_argv_or_output():
     assert anonymous.stdout.strip() == "401"
     rc, out = deploy()  # back to the open endpoint for the tests that follow
     assert rc == 0, out[-4000:]
+
+
+def test_ray_refuses_a_client_without_the_token_and_the_token_shows_nowhere():
+    rc, out = deploy()
+    assert rc == 0, out[-4000:]
+    kept = Path.home() / ".config" / "sparkfleet" / "sim-spark-00" / "ray-token"
+    token = kept.read_text().strip()
+    assert len(token) >= 32 and oct(kept.stat().st_mode & 0o777) == "0o600"
+    assert oct(kept.parent.stat().st_mode & 0o777) == "0o700"
+    assert token not in out
+    for node in NODES:
+        held = node_exec(node, "sh", "-c", "stat -c %a /etc/sparkfleet/ray-token && cat /etc/sparkfleet/ray-token")
+        assert held.stdout.split() == ["600", token], node
+        inspect = node_exec(node, "docker", "inspect", "sparkfleet-ray").stdout
+        assert "RAY_AUTH_MODE=token" in inspect and token not in inspect, node
+        argv = node_exec(node, "sh", "-c", "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '").stdout
+        assert "raylet" in argv and token not in argv, node
+    assert token not in node_exec(HEAD, "docker", "inspect", "sparkfleet-vllm").stdout
+    # From a worker's Ray container, a driver with the node's own token file joins; without it, with Ray's
+    # auth switched off, or with a wrong token, the head refuses it.
+    probe = ["timeout", "90", "python3", "-c", "import ray; ray.init(address='172.29.0.10:6379'); print('JOINED')"]
+    worker = "sparkfleet-sim-node-1"
+    ok = node_exec(worker, "docker", "exec", "sparkfleet-ray", *probe)
+    assert "JOINED" in ok.stdout, ok.stdout[-2000:] + ok.stderr[-2000:]
+    for env in (["env", "-u", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE=disabled"],
+                ["env", "RAY_AUTH_TOKEN=" + "x" * 48]):
+        refused = node_exec(worker, "docker", "exec", "sparkfleet-ray", *env, *probe)
+        said = refused.stdout + refused.stderr
+        assert "JOINED" not in said and ("Authentication" in said or "auth" in said.lower()), said[-2000:]
 
 
 def test_image_reports_each_patch_verdict():
