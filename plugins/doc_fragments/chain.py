@@ -13,6 +13,15 @@ options:
   port:
     description: TCP port of the chain.
     type: int
+  chain_key:
+    description:
+      - The run's chain key, 32 characters or more, the same for every node of one transfer. Each hop
+        proves it holds the key (HMAC-SHA256 over a fresh challenge, both ways) before a byte of payload
+        moves, and ends the stream with an HMAC over every byte; a peer without it, or a corrupted or
+        injected stream, is refused and nothing is loaded or published.
+      - The roles generate a new one for every run; it is never logged.
+    type: str
+    required: true
   timeout:
     description: Seconds to wait for the other end to connect.
     type: int

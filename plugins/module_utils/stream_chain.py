@@ -1,28 +1,50 @@
 # Copyright: sparkfleet maintainers. MIT License (see LICENSE).
-"""A pipelined peer-to-peer chain for large artifacts (images, weights).
+"""A pipelined peer-to-peer chain for large artifacts (images, weights), authenticated at every hop.
 
-The source streams to the first node; every node hands each chunk to its local sink (``docker load``,
-``tar -x``) *and* forwards it to the next node as it arrives. The whole transfer then takes about
-S/B plus a small per-hop delay, independent of the number of nodes, where a fan-out from the head takes
-(N-1)·S/B because the head's link carries every copy.
+The source streams to the first node; every node hands each chunk to its local sink (``docker load``, a
+checked tar extraction into staging) *and* forwards it to the next node as it arrives.
+The whole transfer then takes about S/B plus a small per-hop delay, independent of the number of nodes,
+where a fan-out from the head takes (N-1)·S/B because the head's link carries every copy.
 
 No library does this (rsync and scp are point-to-point; torrent clients need trackers or a DHT and a
-seeding phase), so the relay is written here: plain TCP, one header line naming the session, then raw
-bytes, with a sha256 computed on the fly at every hop so the ends can be compared.
+seeding phase), so the relay is written here, over plain TCP:
+
+1. The receiver sends a fresh challenge. The sender answers with the session, its own nonce and an
+   HMAC-SHA256 of both under the run's chain key; the receiver answers with its own HMAC. Each end has then
+   proven that it holds the key, which the controller generates for one run and hands to the modules as a
+   no_log option. A peer without it is refused before a byte of payload is read.
+2. The payload travels in frames of at most 1 MiB, each with its own HMAC over the challenge, its
+   sequence number and its bytes; an empty frame with an HMAC over the byte count ends the stream. A frame
+   is checked before it reaches the local sink or the next node, so ``docker load`` and the tar extraction
+   read only authenticated bytes, and a forwarder signs every frame anew for its own next hop.
+3. A frame that fails, or a stream that ends without its last frame, aborts the local sink (``docker
+   load`` is killed before it sees the end of its input; the extraction stops and staging is removed) and
+   the next node's stream, so a corrupted or injected stream fails at every node below; the caller loads
+   or publishes nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
+import io
+import os
 import queue
 import socket
+import struct
 import subprocess
 import threading
 import time
 
-MAGIC = b"SPARKFLEET-CHAIN 1 "
+MAGIC = b"SPARKFLEET-CHAIN 2"
 CHUNK = 1 << 20
 SINK_QUEUE_CHUNKS = 64  # up to 64 MiB in flight between the network and the local sink
+KEY_MIN_LENGTH = 32
+HANDSHAKE_TIMEOUT = 30
+_FRAME = struct.Struct(">I")
+_SEQ = struct.Struct(">Q")
+_TAG = 32
+_ABORT = object()
 
 
 class ChainError(Exception):
@@ -36,131 +58,317 @@ def chain_order(source, targets):
     return (order[0] if order else None), nxt
 
 
+def check_key(key):
+    if not key or len(key) < KEY_MIN_LENGTH:
+        raise ChainError("the chain key is missing or shorter than %d characters" % KEY_MIN_LENGTH)
+
+
+def _mac(key, *parts):
+    """An HMAC-SHA256 over the parts, NUL-separated (the parts are hex or session names: no NUL inside)."""
+    return hmac.new(key.encode(), b"\0".join(p if isinstance(p, bytes) else p.encode() for p in parts),
+                    hashlib.sha256)
+
+
 def _connect(host, port, timeout, clock=time):
     deadline = clock.monotonic() + timeout
     last = None
     while clock.monotonic() < deadline:
         try:
-            sock = socket.create_connection((host, port), timeout=10)
-            sock.settimeout(None)
-            return sock
+            return socket.create_connection((host, port), timeout=10)
         except OSError as exc:
             last = exc
             clock.sleep(0.5)
     raise ChainError("could not connect to %s:%s within %ss: %s" % (host, port, int(timeout), last))
 
 
-def _read_header(conn):
+def _read_line(conn, who):
     buf = b""
     while not buf.endswith(b"\n"):
         byte = conn.recv(1)
         if not byte:
-            raise ChainError("upstream closed before sending the session header")
+            raise ChainError("%s closed the connection during the handshake" % who)
         buf += byte
         if len(buf) > 512:
-            raise ChainError("session header too long")
-    if not buf.startswith(MAGIC):
-        raise ChainError("unexpected stream header %r" % buf[:40])
-    return buf[len(MAGIC):].strip().decode()
+            raise ChainError("%s sent a handshake line over 512 bytes" % who)
+    return buf.rstrip(b"\n").decode("ascii", errors="replace").split(" ")
 
 
-def receive(port, session, sink_argv, forward=None, bind="0.0.0.0", accept_timeout=900,  # noqa: S104
+class _Tags:
+    """The HMACs of one hop's frames: frame n's covers n and its bytes; the end's covers the byte count."""
+
+    def __init__(self, key, session, challenge):
+        self.base, self.seq = _mac(key, "frame", session, challenge, b""), 0
+
+    def frame(self, chunk):
+        tag = self.base.copy()
+        tag.update(_SEQ.pack(self.seq))
+        tag.update(chunk)
+        self.seq += 1
+        return tag.digest()
+
+    def end(self, total):
+        tag = self.base.copy()
+        tag.update(_SEQ.pack(self.seq) + b"end" + _SEQ.pack(total))
+        return tag.digest()
+
+
+def _recv_exact(conn, size, who):
+    buf = bytearray(size)
+    view, got = memoryview(buf), 0
+    while got < size:
+        part = conn.recv_into(view[got:], size - got)
+        if not part:
+            raise ChainError("the stream from %s ended before its last frame" % who)
+        got += part
+    return buf
+
+
+def _prove(conn, session, key, who):
+    """The receiver's side of the handshake. Returns the challenge the payload's HMAC is bound to."""
+    challenge = os.urandom(32).hex()
+    conn.sendall(MAGIC + b" " + challenge.encode() + b"\n")
+    words = _read_line(conn, who)
+    if len(words) != 5 or " ".join(words[:2]).encode() != MAGIC:
+        raise ChainError("refused a connection from %s: it is not a sparkfleet chain sender" % who)
+    got, nonce, proof = words[2], words[3], words[4]
+    if not hmac.compare_digest(_mac(key, "send", got, challenge, nonce).hexdigest(), proof):
+        conn.sendall(b"NO the sender did not prove the run's chain key\n")
+        raise ChainError("refused a stream from %s: it did not prove this run's chain key (an injected "
+                         "stream, or a sender of another run)" % who)
+    if got != session:
+        conn.sendall(b"NO wrong session\n")
+        raise ChainError("stream is for session %s, expected %s" % (got, session))
+    conn.sendall(b"OK " + _mac(key, "receive", session, challenge, nonce).hexdigest().encode() + b"\n")
+    return challenge
+
+
+def _introduce(sock, session, key, who):
+    """The sender's side of the handshake. Returns the receiver's challenge."""
+    words = _read_line(sock, who)
+    if len(words) != 3 or " ".join(words[:2]).encode() != MAGIC:
+        raise ChainError("%s is not a sparkfleet chain receiver" % who)
+    challenge, nonce = words[2], os.urandom(32).hex()
+    proof = _mac(key, "send", session, challenge, nonce).hexdigest()
+    sock.sendall(MAGIC + (" %s %s %s\n" % (session, nonce, proof)).encode())
+    answer = _read_line(sock, who)
+    if answer[0] == "NO":
+        raise ChainError("%s refused the stream: %s" % (who, " ".join(answer[1:])))
+    if answer[0] != "OK" or len(answer) != 2 or not hmac.compare_digest(
+            _mac(key, "receive", session, challenge, nonce).hexdigest(), answer[1]):
+        raise ChainError("%s did not prove this run's chain key; nothing was sent to it" % who)
+    return challenge
+
+
+class _Outgoing:
+    """One authenticated hop out: frames and the running HMAC of what went through it."""
+
+    def __init__(self, host, port, session, key, timeout):
+        self.who = "%s:%s" % (host, port)
+        self.sock = _connect(host, int(port), timeout)
+        try:
+            self.sock.settimeout(HANDSHAKE_TIMEOUT)
+            challenge = _introduce(self.sock, session, key, self.who)
+            self.sock.settimeout(None)
+        except (OSError, ChainError):
+            self.sock.close()
+            raise
+        self.tags, self.total = _Tags(key, session, challenge), 0
+
+    def send(self, chunk):
+        self.sock.sendall(_FRAME.pack(len(chunk)))
+        self.sock.sendall(chunk)
+        self.sock.sendall(self.tags.frame(chunk))
+        self.total += len(chunk)
+
+    def finish(self):
+        """The last frame: the receiver may end its sink's input."""
+        self.sock.sendall(_FRAME.pack(0) + self.tags.end(self.total))
+
+    def close(self):
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # the receiver already closed (it refused the stream or failed); it reports why
+        self.sock.close()
+
+
+class _QueueReader(io.RawIOBase):
+    """The sink's side of the bounded queue, as a file (None in the queue is the end)."""
+
+    def __init__(self, pending):
+        super().__init__()
+        self.pending, self.buf, self.ended = pending, b"", False
+
+    def readable(self):
+        return True
+
+    def readinto(self, out):
+        while not self.buf and not self.ended:
+            chunk = self.pending.get()
+            if chunk is _ABORT:
+                self.ended = True
+                raise ChainError("the stream was aborted before its end")
+            if chunk is None:
+                self.ended = True
+            else:
+                self.buf = chunk
+        size = min(len(out), len(self.buf))
+        out[:size] = self.buf[:size]
+        self.buf = self.buf[size:]
+        return size
+
+    def drain(self):
+        while not self.ended:
+            if self.pending.get() in (None, _ABORT):
+                self.ended = True
+
+
+def process_sink(argv):
+    """A sink that feeds the stream to ``argv``'s stdin; an aborted stream kills it before it sees the end of
+    its input. Fails with the command's output when it exits non-zero."""
+    def consume(stream):
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            while True:
+                chunk = stream.read(CHUNK)
+                if not chunk:
+                    break
+                proc.stdin.write(chunk)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        proc.stdin.close()
+        output = proc.stdout.read().decode(errors="replace")
+        if proc.wait() != 0:
+            raise ChainError("%s exited %d: %s" % (" ".join(argv), proc.returncode, output.strip()[-2000:]))
+        return output.strip()
+    return consume
+
+
+def receive(port, session, key, sink, forward=None, bind="0.0.0.0", accept_timeout=900,  # noqa: S104
             connect_timeout=300, progress=None):
-    """Accept one stream for ``session``, feed it to ``sink_argv`` and forward it to ``forward`` (host, port),
-    counting the bytes into ``progress`` (a progress.Progress, phase "received").
+    """Accept one authenticated stream for ``session``, hand it to ``sink`` (a function that reads a file
+    object, run in its own thread) and forward it to ``forward`` (host, port), counting the bytes into
+    ``progress`` (a progress.Progress, phase "received").
 
-    Returns {"bytes", "sha256", "sink_rc", "sink_output", "forwarded", "forward_error", "seconds"}.
+    A peer that does not prove the key is refused and the wait goes on, until ``accept_timeout``. Raises
+    ChainError when no authenticated stream came, or when the stream fails its integrity check; the caller
+    then loads and publishes nothing. Returns {"bytes", "frames_verified", "sink_ok", "sink_output",
+    "forwarded", "forward_error", "seconds"}; every frame's HMAC replaces a digest of the whole.
     """
+    check_key(key)
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind((bind, port))
-    server.listen(1)
-    server.settimeout(accept_timeout)
+    server.listen(4)
+    deadline = time.monotonic() + accept_timeout
+    refused = []
     try:
-        conn, _unused = server.accept()
-    except socket.timeout:
-        raise ChainError("no stream arrived on %s:%s within %ss" % (bind, port, accept_timeout)) from None
+        # A peer that fails the handshake is refused and the listener waits on: an injected connection
+        # does not cost the run its transfer.
+        while True:
+            server.settimeout(max(0.0, deadline - time.monotonic()))
+            try:
+                conn, peer = server.accept()
+            except socket.timeout:
+                raise ChainError("no authenticated stream arrived on %s:%s within %ss%s" % (
+                    bind, port, accept_timeout, "; refused: " + "; ".join(refused[-3:]) if refused else "")) from None
+            who = "%s:%s" % peer[:2]
+            try:
+                conn.settimeout(HANDSHAKE_TIMEOUT)
+                challenge = _prove(conn, session, key, who)
+                break
+            except (ChainError, OSError) as exc:
+                refused.append(str(exc) if isinstance(exc, ChainError) else "%s: %s" % (who, exc))
+                if progress is not None:
+                    progress.update(0, note="refused %s" % refused[-1])
+                conn.close()
     finally:
         server.close()
+    try:
+        conn.settimeout(accept_timeout)  # a stalled upstream fails within the step's timeout
+        return _relay(conn, who, session, key, challenge, sink, forward, connect_timeout, progress)
+    except socket.timeout:
+        raise ChainError("the stream from %s stalled for %ss" % (who, conn.gettimeout())) from None
+    finally:
+        conn.close()
+
+
+def _relay(conn, who, session, key, challenge, sink, forward, connect_timeout, progress):
     start = time.monotonic()
     if progress is not None:
         progress.update(0, phase="received")  # the rate counts from the stream's arrival
-    conn.settimeout(None)
-    got = _read_header(conn)
-    if got != session:
-        conn.close()
-        raise ChainError("stream is for session %s, expected %s" % (got, session))
     down, forward_error = None, None
     if forward:
         try:
-            down = _connect(forward[0], int(forward[1]), connect_timeout)
-            down.sendall(MAGIC + session.encode() + b"\n")
+            down = _Outgoing(forward[0], forward[1], session, key, connect_timeout)
         except (OSError, ChainError) as exc:
-            down, forward_error = None, str(exc)
-    sink = subprocess.Popen(sink_argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    # The local sink is fed from a bounded queue by its own thread, so a slow `docker load` here does not
-    # hold back the nodes further down the chain (until the queue is full).
+            forward_error = str(exc)
+    # The local sink reads from a bounded queue in its own thread, so a slow sink here does not hold back
+    # the nodes further down the chain (until the queue is full).
     pending = queue.Queue(maxsize=SINK_QUEUE_CHUNKS)
-    sink_error = []
+    reader = _QueueReader(pending)
+    outcome = {}
 
-    def feed_sink():
-        while True:
-            chunk = pending.get()
-            if chunk is None:
-                break
-            if sink_error:
-                continue  # drain, so the reader never blocks on a dead sink
-            try:
-                sink.stdin.write(chunk)
-            except OSError as exc:
-                sink_error.append(str(exc))
+    def run_sink():
         try:
-            sink.stdin.close()
-        except OSError:
-            pass
+            outcome["output"] = sink(io.BufferedReader(reader, CHUNK))
+        except Exception as exc:  # noqa: BLE001 - any failure of the sink is reported, never raised here
+            outcome["error"] = "%s: %s" % (type(exc).__name__, exc)
+        reader.drain()  # so the network side never blocks on a sink that stopped reading
 
-    feeder = threading.Thread(target=feed_sink, daemon=True)
-    feeder.start()
-    digest, total = hashlib.sha256(), 0
+    thread = threading.Thread(target=run_sink, daemon=True)
+    thread.start()
+    total = 0
+    tags = _Tags(key, session, challenge)
+    verified = False
     try:
         while True:
-            chunk = conn.recv(CHUNK)
-            if not chunk:
+            size = _FRAME.unpack(_recv_exact(conn, _FRAME.size, who))[0]
+            if size > CHUNK:
+                raise ChainError("the stream from %s sent a frame of %d bytes (at most %d)" % (who, size, CHUNK))
+            chunk = _recv_exact(conn, size, who) if size else b""
+            want = tags.frame(chunk) if size else tags.end(total)
+            if not hmac.compare_digest(_recv_exact(conn, _TAG, who), want):
+                raise ChainError("the stream from %s failed its integrity check after %d bytes (corrupted or "
+                                 "injected on the way): nothing was loaded or published" % (who, total))
+            if not size:
+                verified = True
                 break
             if down is not None:
                 try:
-                    down.sendall(chunk)
+                    down.send(chunk)
                 except OSError as exc:
-                    forward_error, down = "forwarding broke after %d bytes: %s" % (total, exc), None
+                    forward_error = "forwarding broke after %d bytes: %s" % (total, exc)
+                    down.close()
+                    down = None
             pending.put(chunk)
-            digest.update(chunk)
             total += len(chunk)
             if progress is not None:
                 progress.update(total, phase="received")
-    finally:
-        conn.close()
         if down is not None:
-            down.shutdown(socket.SHUT_WR)
-            down.close()
-        pending.put(None)
-        feeder.join()
-    output = sink.stdout.read().decode(errors="replace")
-    rc = sink.wait()
-    if sink_error and rc == 0:
-        rc, output = 1, output + "\nwriting to the sink failed: %s" % sink_error[0]
-    return {"bytes": total, "sha256": digest.hexdigest(), "sink_rc": rc, "sink_output": output[-4000:],
+            down.finish()
+    finally:
+        if down is not None:
+            down.close()  # without its last frame when this stream failed: the next node aborts too
+        pending.put(None if verified else _ABORT)
+        thread.join()
+    return {"bytes": total, "frames_verified": tags.seq, "sink_ok": "error" not in outcome,
+            "sink_output": str(outcome.get("error") or outcome.get("output") or "")[-4000:],
             "forwarded": bool(forward) and forward_error is None, "forward_error": forward_error,
             "seconds": round(time.monotonic() - start, 3)}
 
 
-def send(source_argv, host, port, session, connect_timeout=300, progress=None):
+def send(source_argv, host, port, session, key, connect_timeout=300, progress=None):
     """Run ``source_argv`` and stream its stdout to the first node of the chain.
 
     ``progress`` (a progress.Progress) counts the bytes sent and ends as done, with the result, or failed,
     with the reason.
     """
     try:
-        result = _send(source_argv, host, port, session, connect_timeout, progress)
+        check_key(key)
+        result = _send(source_argv, host, port, session, key, connect_timeout, progress)
     except (ChainError, OSError) as exc:
         if progress is not None:
             progress.fail(str(exc))
@@ -170,37 +378,33 @@ def send(source_argv, host, port, session, connect_timeout=300, progress=None):
     return result
 
 
-def _send(source_argv, host, port, session, connect_timeout, progress):
-    sock = _connect(host, int(port), connect_timeout)
+def _send(source_argv, host, port, session, key, connect_timeout, progress):
+    out = _Outgoing(host, port, session, key, connect_timeout)
     if progress is not None:
         progress.update(0, phase="sent")  # the rate counts from the connection
     start = time.monotonic()
     src = subprocess.Popen(source_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     digest, total = hashlib.sha256(), 0
     try:
-        sock.sendall(MAGIC + session.encode() + b"\n")
         while True:
             chunk = src.stdout.read(CHUNK)
             if not chunk:
                 break
-            sock.sendall(chunk)
+            out.send(chunk)
             digest.update(chunk)
             total += len(chunk)
             if progress is not None:
                 progress.update(total, phase="sent")
+        err = src.stderr.read().decode(errors="replace")
+        rc = src.wait()
+        if rc != 0:  # no last frame: the receivers abort what they got
+            raise ChainError("%s exited %d: %s" % (" ".join(source_argv), rc, err.strip()[-2000:]))
+        out.finish()
     except OSError as exc:
         src.kill()
-        raise ChainError("%s:%s closed the stream after %d bytes: %s" % (host, port, total, exc)) from exc
+        raise ChainError("%s closed the stream after %d bytes: %s" % (out.who, total, exc)) from exc
     finally:
-        try:
-            sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass  # the receiver already closed (it refused the stream or failed); it reports why
-        sock.close()
-    err = src.stderr.read().decode(errors="replace")
-    rc = src.wait()
-    if rc != 0:
-        raise ChainError("%s exited %d: %s" % (" ".join(source_argv), rc, err.strip()[-2000:]))
+        out.close()
     return {"bytes": total, "sha256": digest.hexdigest(), "seconds": round(time.monotonic() - start, 3)}
 
 
@@ -209,6 +413,7 @@ def send_argument_spec(port):
     return dict(
         port=dict(type="int", default=port),
         target_host=dict(type="str", required=True),
+        chain_key=dict(type="str", required=True, no_log=True),
         timeout=dict(type="int", default=900),
         progress_file=dict(type="path"),
     )
@@ -220,6 +425,7 @@ def receive_argument_spec(port):
         port=dict(type="int", default=port),
         bind_address=dict(type="str", default="0.0.0.0"),  # noqa: S104
         forward_host=dict(type="str", default=""),
+        chain_key=dict(type="str", required=True, no_log=True),
         timeout=dict(type="int", default=900),
         progress_file=dict(type="path"),
     )

@@ -10,8 +10,11 @@ short_description: Receive the image from the transfer chain, load it and forwar
 version_added: 0.2.0
 description:
   - Run with C(async) on every node that needs the image. It listens for the stream that
-    M(sparkfleet.vllm.image_send) starts, feeds it to C(docker load) and forwards every chunk to the next
-    node as it arrives; it then checks that the loaded image has the wanted ID.
+    M(sparkfleet.vllm.image_send) starts, refuses a sender that does not prove the run's O(chain_key),
+    feeds the stream to C(docker load) and forwards every chunk to the next node as it arrives.
+  - Every frame of the stream is authenticated before C(docker load) reads it or the next node gets it; a
+    stream that fails is cut off before its end and C(docker load) is killed, so nothing is loaded. The
+    loaded image must then have the wanted ID.
   - The bytes received are kept in O(progress_file) for M(sparkfleet.vllm.job_progress).
 options:
   image:
@@ -55,7 +58,7 @@ local_id:
   returned: success
   type: str
 transfer:
-  description: Bytes received, the stream's sha256, seconds, and whether it was forwarded.
+  description: Bytes received, frames verified (each by its HMAC), seconds, and whether it was forwarded.
   returned: success
   type: dict
 """
@@ -66,6 +69,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.progress import Progress
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.stream_chain import (
     ChainError,
+    process_sink,
     receive,
     receive_argument_spec,
 )
@@ -94,9 +98,11 @@ def main():
         if module.check_mode:
             module.exit_json(changed=True, diff=diff)
         forward = (p["forward_host"], p["port"]) if p["forward_host"] else None
-        result = receive(p["port"], p["image_id"], ["docker", "load"], forward=forward, bind=p["bind_address"],
-                         accept_timeout=p["timeout"], progress=progress)
-        if result["sink_rc"] != 0:
+        # Every frame is authenticated before `docker load` reads it; a stream that fails is cut off before
+        # its end and `docker load` is killed, so it loads nothing.
+        result = receive(p["port"], p["image_id"], p["chain_key"], process_sink(["docker", "load"]),
+                         forward=forward, bind=p["bind_address"], accept_timeout=p["timeout"], progress=progress)
+        if not result["sink_ok"]:
             fail("docker load failed: %s" % result["sink_output"], transfer=result)
         local = _docker.image_id(cli, p["image"])
         if local != p["image_id"]:

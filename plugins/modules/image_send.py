@@ -80,8 +80,8 @@ def main():
             raise _docker.DockerFailure("this node has %s as %s, not the wanted %s"
                                         % (p["image"], local, p["image_id"]))
         progress.total = cli.images.get(p["image"]).attrs.get("Size")  # about what docker save streams
-        result = send(["docker", "save", p["image"]], p["target_host"], p["port"], p["image_id"], p["timeout"],
-                      progress=progress)
+        result = send(["docker", "save", p["image"]], p["target_host"], p["port"], p["image_id"], p["chain_key"],
+                      p["timeout"], progress=progress)
     except (ChainError, _docker.DockerFailure, OSError) as exc:
         progress.fail(str(exc))
         module.fail_json(msg="image_send: %s" % exc)

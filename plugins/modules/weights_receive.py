@@ -10,8 +10,13 @@ short_description: Receive a checkpoint snapshot from the transfer chain, verify
 version_added: 0.2.0
 description:
   - Run with C(async) on every node that needs the snapshot. It checks free disk first, then listens for
-    the stream that M(sparkfleet.vllm.weights_send) starts, forwards each chunk to the next node as it
-    arrives, and unpacks it into a staging directory beside the cache.
+    the stream that M(sparkfleet.vllm.weights_send) starts, refuses a sender that does not prove the run's
+    O(chain_key), forwards each chunk to the next node as it arrives, and unpacks it into a staging
+    directory beside the cache.
+  - The unpacking refuses, before writing it, any member a snapshot never holds (an absolute name, C(..),
+    a device, FIFO or hard link, a link that does not resolve into the repo's C(blobs/), a path through a
+    link, a name twice); a stream whose integrity trailer fails is refused whole. Either way staging is
+    removed and nothing is published.
   - It then verifies every staged blob against its name and only then moves blobs and snapshot links into
     place (atomic renames). Blobs of other revisions already on the node are never touched.
   - The hashes verified in staging are recorded in the manifest beside the blobs, so the snapshot is hashed
@@ -60,7 +65,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 transfer:
-  description: Bytes received, the stream's sha256, seconds, and whether it was forwarded.
+  description: Bytes received, frames verified (each by its HMAC), seconds, and whether it was forwarded.
   returned: success
   type: dict
 published:
@@ -91,6 +96,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils.stream_chain impor
     receive,
     receive_argument_spec,
 )
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.untar import extract_repo
 
 STAGING = ".sparkfleet-incoming"
 
@@ -149,14 +155,23 @@ def main():
         shutil.rmtree(stage, ignore_errors=True)
         os.makedirs(stage)
         forward = (p["forward_host"], p["port"]) if p["forward_host"] else None
-        result = receive(p["port"], p["session"], ["tar", "-C", stage, "-xf", "-"], forward=forward,
-                         bind=p["bind_address"], accept_timeout=p["timeout"], progress=progress)
-        if result["sink_rc"] != 0:
-            fail("unpacking the weights stream failed: %s" % result["sink_output"], transfer=result)
+        top = os.path.basename(rdir)
+        try:
+            result = receive(p["port"], p["session"], p["chain_key"],
+                             lambda stream: "%d members" % extract_repo(stream, stage, top), forward=forward,
+                             bind=p["bind_address"], accept_timeout=p["timeout"], progress=progress)
+        except ChainError:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
+        if not result["sink_ok"]:
+            shutil.rmtree(stage, ignore_errors=True)
+            fail("the weights stream was refused, nothing was published: %s" % result["sink_output"],
+                 transfer=result)
         progress.update(0, phase="verified")
         staged = verify_snapshot(stage, repo, rev, use_manifest=False,
                                  progress=lambda done, total: progress.update(done, total=total))
         if not staged["ok"]:
+            shutil.rmtree(stage, ignore_errors=True)
             fail("the received snapshot is not intact (nothing was published): %s" % "; ".join(staged["problems"]),
                  transfer=result)
         moved = publish(os.path.join(stage, os.path.basename(rdir)), rdir, rev)

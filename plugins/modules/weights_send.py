@@ -88,7 +88,7 @@ def main():
         paths.append("%s/snapshots/%s" % (base, rev))
         progress.update(0, phase="connecting to %s" % p["target_host"], total=report["total_bytes"])
         result = send(["tar", "-C", hub, "-cf", "-"] + paths, p["target_host"], p["port"], p["session"],
-                      p["timeout"], progress=progress)
+                      p["chain_key"], p["timeout"], progress=progress)
     except (ChainError, OSError, ValueError) as exc:
         progress.fail(str(exc))
         module.fail_json(msg="weights_send: %s" % exc)

@@ -5,10 +5,11 @@ Order matters: every test injects a fault, observes the failure, and the next de
 
 import json
 import secrets
+import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import BIN, HEAD, REPO, deploy, install_artifact, node_exec, run_report, sh
+from conftest import BIN, ENV, HEAD, REPO, deploy, install_artifact, node_exec, run_report, sh
 
 pytestmark = pytest.mark.usefixtures("sim_cluster")
 
@@ -177,6 +178,40 @@ def test_corrupt_shard_on_a_worker_is_found_and_repaired():
     assert any(" GiB received, " in line and "MiB/s" in line for line in received), received
     (sent,) = [t for t in run_report(out)["transfers"] if t["what"] == "weights"]
     assert sent["host"] == "sim-spark-00" and sent["bytes"] > 0 and sent["mib_per_s"] < 1.5
+
+
+def test_an_injected_weights_stream_publishes_nothing():
+    """An attacker on the fabric connects to a receiving node first, with the old unauthenticated framing
+    and a snapshot whose config.json points at /etc/hostname: refused, nothing is published, and the receiver
+    waits on for the real sender (here none comes, so it ends naming what it refused)."""
+    node, snap = "sparkfleet-sim-node-1", ("/root/.cache/huggingface/hub/models--sparkfleet-sim--MiMo-V2.5-Pro-tiny/"
+                                           "snapshots/adf62bedb5f84dd6529c6ce75e89f47d9edd7b9d")
+    listing = "cd %s && ls -l --time-style=+ | sort" % snap
+    before = node_exec(node, "sh", "-c", listing).stdout
+    assert "config.json -> ../../blobs/" in before
+    args = {"hub_dir": "/root/.cache/huggingface/hub", "repo_id": "sparkfleet-sim/MiMo-V2.5-Pro-tiny",
+            "revision": "adf62bedb5f84dd6529c6ce75e89f47d9edd7b9d", "session": "s", "port": 29401,
+            "bind_address": "172.29.0.11", "chain_key": secrets.token_hex(24), "timeout": 15}
+    receiver = subprocess.Popen([str(BIN / "ansible"), "sim-spark-01", "-i", str(REPO / "inventory/local"), "-m",
+                                 "sparkfleet.vllm.weights_receive", "-a", json.dumps(args)], cwd=REPO, env=ENV,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    inject = ("import io, socket, tarfile, time\n"
+              "b = io.BytesIO(); t = tarfile.open(fileobj=b, mode='w')\n"
+              "i = tarfile.TarInfo('models--sparkfleet-sim--MiMo-V2.5-Pro-tiny/snapshots/"
+              "adf62bedb5f84dd6529c6ce75e89f47d9edd7b9d/config.json')\n"
+              "i.type, i.linkname = tarfile.SYMTYPE, '/etc/hostname'; t.addfile(i); t.close()\n"
+              "for _ in range(100):\n"
+              "    try: s = socket.create_connection(('172.29.0.11', 29401)); break\n"
+              "    except OSError: time.sleep(0.1)\n"
+              "s.sendall(b'SPARKFLEET-CHAIN 1 s\\n' + b.getvalue()); time.sleep(1); print('injected')")
+    injected = node_exec(HEAD, "python3", "-c", inject)
+    said = receiver.communicate(timeout=120)[0]
+    assert "injected" in injected.stdout, injected.stderr
+    assert receiver.returncode != 0 and "no authenticated stream arrived on 172.29.0.11:29401" in said, said
+    assert "refused a connection from 172.29.0.10" in said and "not a sparkfleet chain sender" in said, said
+    assert args["chain_key"] not in said
+    assert node_exec(node, "sh", "-c", listing).stdout == before
+    assert node_exec(node, "sh", "-c", "ls -A /root/.cache/huggingface/hub/.sparkfleet-incoming").stdout == ""
 
 
 def node_files():

@@ -1,4 +1,5 @@
-"""The pipelined chain over real sockets on loopback: three receivers, one sender."""
+"""The authenticated, pipelined chain over real sockets on loopback: receivers, senders, impostors, a
+corrupting man in the middle."""
 
 import hashlib
 import os
@@ -9,11 +10,35 @@ import pytest
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import stream_chain
 
+KEY = "k" * 40
+OTHER = "o" * 40
+
 
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def listen(port, results, key=KEY, session="s", sink=None, forward=None, timeout=30):
+    """A receiver in a thread; its result or its error lands in ``results``."""
+    def run():
+        try:
+            results["ok"] = stream_chain.receive(port, session, key, sink or (lambda f: f.read()), forward=forward,
+                                                 bind="127.0.0.1", accept_timeout=timeout, connect_timeout=5)
+        except stream_chain.ChainError as exc:
+            results["error"] = str(exc)
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def file_sink(path):
+    def consume(stream):
+        with open(path, "wb") as fh:
+            fh.write(stream.read())
+        return "written"
+    return consume
 
 
 def test_chain_order():
@@ -26,64 +51,214 @@ def test_three_hop_chain_delivers_identical_bytes(tmp_path):
     src = tmp_path / "src.bin"
     src.write_bytes(payload)
     ports = [free_port() for _unused in range(3)]
-    results = {}
-
-    def hop(i):
-        out = tmp_path / f"out{i}.bin"
-        forward = ("127.0.0.1", ports[i + 1]) if i + 1 < len(ports) else None
-        results[i] = stream_chain.receive(ports[i], "sess1", ["sh", "-c", f"cat > {out}"], forward=forward,
-                                          bind="127.0.0.1", accept_timeout=30, connect_timeout=30)
-
-    threads = [threading.Thread(target=hop, args=(i,)) for i in range(3)]
-    for t in threads:
-        t.start()
-    sent = stream_chain.send(["cat", str(src)], "127.0.0.1", ports[0], "sess1", connect_timeout=30)
+    results = [{} for _unused in range(3)]
+    threads = [listen(ports[i], results[i], sink=file_sink(str(tmp_path / f"out{i}.bin")),
+                      forward=("127.0.0.1", ports[i + 1]) if i + 1 < 3 else None) for i in range(3)]
+    sent = stream_chain.send(["cat", str(src)], "127.0.0.1", ports[0], "s", KEY, connect_timeout=30)
     for t in threads:
         t.join(30)
     want = hashlib.sha256(payload).hexdigest()
     assert sent["sha256"] == want and sent["bytes"] == len(payload)
     for i in range(3):
-        assert results[i]["sha256"] == want and results[i]["sink_rc"] == 0
+        assert results[i]["ok"]["bytes"] == len(payload) and results[i]["ok"]["sink_ok"], results[i]
+        assert results[i]["ok"]["frames_verified"] == 4
         assert (tmp_path / f"out{i}.bin").read_bytes() == payload
-    assert results[0]["forwarded"] and results[1]["forwarded"] and not results[2]["forwarded"]
+    assert [r["ok"]["forwarded"] for r in results] == [True, True, False]
 
 
-def test_wrong_session_is_refused(tmp_path):
-    port = free_port()
-    errors = []
+def test_a_sender_without_the_key_is_refused_before_any_payload():
+    port, res, seen = free_port(), {}, []
+    t = listen(port, res, sink=lambda f: seen.append(f.read()), timeout=3)
+    with pytest.raises(stream_chain.ChainError, match="refused the stream: the sender did not prove"):
+        stream_chain.send(["printf", "evil"], "127.0.0.1", port, "s", OTHER, connect_timeout=30)
+    t.join(30)
+    assert "did not prove this run's chain key" in res["error"] and "ok" not in res and not seen
+    assert res["error"].startswith("no authenticated stream arrived on 127.0.0.1:%d within 3s; refused: " % port)
 
-    def hop():
+
+def test_an_injected_connection_does_not_cost_the_run_its_transfer(tmp_path):
+    port, res = free_port(), {}
+    t = listen(port, res, sink=file_sink(str(tmp_path / "out")))
+    with pytest.raises(stream_chain.ChainError):
+        stream_chain.send(["printf", "evil"], "127.0.0.1", port, "s", OTHER, connect_timeout=30)
+    stream_chain.send(["printf", "good"], "127.0.0.1", port, "s", KEY, connect_timeout=30)
+    t.join(30)
+    assert res["ok"]["bytes"] == 4 and (tmp_path / "out").read_bytes() == b"good"
+
+
+def test_a_receiver_without_the_key_gets_nothing():
+    """An impostor listening on the port accepts anything; the sender checks its answer and sends nothing."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port, got = server.getsockname()[1], []
+
+    def impostor():
+        conn, _unused = server.accept()
+        conn.sendall(b"SPARKFLEET-CHAIN 2 " + b"ab" * 32 + b"\n")
+        conn.recv(1000)
+        conn.sendall(b"OK " + b"0" * 64 + b"\n")
+        while True:
+            data = conn.recv(65536)
+            if not data:
+                break
+            got.append(data)
+        conn.close()
+
+    t = threading.Thread(target=impostor)
+    t.start()
+    with pytest.raises(stream_chain.ChainError, match="did not prove this run's chain key; nothing was sent"):
+        stream_chain.send(["printf", "secret"], "127.0.0.1", port, "s", KEY, connect_timeout=30)
+    t.join(30)
+    server.close()
+    assert b"secret" not in b"".join(got)
+
+
+def test_a_raw_injected_stream_is_refused():
+    port, res = free_port(), {}
+    t = listen(port, res, timeout=3)
+    with stream_chain._connect("127.0.0.1", port, 30) as sock:
+        sock.recv(200)
+        sock.sendall(b"SPARKFLEET-CHAIN 1 s\nPAYLOAD" * 3)
+    t.join(30)
+    assert "not a sparkfleet chain sender" in res["error"]
+
+
+def test_a_sender_of_another_session_is_refused():
+    port, res = free_port(), {}
+    t = listen(port, res, session="want", timeout=3)
+    with pytest.raises(stream_chain.ChainError, match="refused the stream: wrong session"):
+        stream_chain.send(["printf", "x"], "127.0.0.1", port, "other", KEY, connect_timeout=30)
+    t.join(30)
+    assert res["error"].endswith("refused: stream is for session other, expected want")
+
+
+def flipping_proxy(listen_port, target_port, flip_at):
+    """A man in the middle that relays both ways and flips one byte at offset ``flip_at`` downstream."""
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", listen_port))
+    server.listen(1)
+
+    def pump(src, dst, flip):
+        offset = 0
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                break
+            if not data:
+                break
+            if flip is not None and offset <= flip < offset + len(data):
+                data = bytearray(data)
+                data[flip - offset] ^= 0x01
+                data = bytes(data)
+            offset += len(data)
+            try:
+                dst.sendall(data)
+            except OSError:
+                break
         try:
-            stream_chain.receive(port, "want", ["cat"], bind="127.0.0.1", accept_timeout=30)
-        except stream_chain.ChainError as exc:
-            errors.append(str(exc))
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
 
-    t = threading.Thread(target=hop)
-    t.start()
-    stream_chain.send(["printf", "x"], "127.0.0.1", port, "other", connect_timeout=30)
-    t.join(30)
-    assert errors == ["stream is for session other, expected want"]
+    def run():
+        client, _unused = server.accept()
+        server.close()
+        upstream = socket.create_connection(("127.0.0.1", target_port))
+        back = threading.Thread(target=pump, args=(upstream, client, None))
+        back.start()
+        pump(client, upstream, flip_at)
+        back.join()
+        client.close()
+        upstream.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
 
 
-def test_failing_source_is_reported(tmp_path):
-    port = free_port()
-    t = threading.Thread(target=lambda: stream_chain.receive(port, "s", ["cat"], bind="127.0.0.1",
-                                                             accept_timeout=30))
-    t.start()
+def test_a_corrupted_stream_fails_at_every_node_and_no_sink_sees_its_end(tmp_path):
+    """A man in the middle flips one bit: the first node refuses that frame, its `docker load` (here a
+    command that writes a marker after the end of its input) is killed before the end, and the node below,
+    cut off before the last frame, does the same. No sink gets a byte past the flip."""
+    src = tmp_path / "src.bin"
+    src.write_bytes(os.urandom(4 * 1024 * 1024))
+    p0, p1, proxy = free_port(), free_port(), free_port()
+    r0, r1 = {}, {}
+
+    def loader(i):
+        return stream_chain.process_sink(["sh", "-c", f"cat > {tmp_path}/got{i}; touch {tmp_path}/loaded{i}"])
+
+    t1 = listen(p1, r1, sink=loader(1))
+    t0 = listen(p0, r0, sink=loader(0), forward=("127.0.0.1", p1))
+    flip = 2 * 1024 * 1024 + 1000
+    mitm = flipping_proxy(proxy, p0, flip_at=flip)
+    try:  # the sender may or may not see the first node hang up, depending on the socket buffers
+        stream_chain.send(["cat", str(src)], "127.0.0.1", proxy, "s", KEY, connect_timeout=30)
+    except stream_chain.ChainError:
+        pass
+    for t in (mitm, t0, t1):
+        t.join(30)
+    assert "failed its integrity check" in r0["error"] and "nothing was loaded or published" in r0["error"]
+    assert "ended before its last frame" in r1["error"]
+    for i in (0, 1):
+        assert not (tmp_path / f"loaded{i}").exists()
+        got = (tmp_path / f"got{i}").read_bytes() if (tmp_path / f"got{i}").exists() else b""
+        assert len(got) < flip and src.read_bytes().startswith(got)
+
+
+def test_a_source_that_fails_midway_leaves_the_stream_unverified():
+    port, res = free_port(), {}
+    t = listen(port, res)
     with pytest.raises(stream_chain.ChainError, match="exited 2"):
-        stream_chain.send(["sh", "-c", "echo boom >&2; exit 2"], "127.0.0.1", port, "s", connect_timeout=30)
+        stream_chain.send(["sh", "-c", "head -c 3000000 /dev/zero; echo boom >&2; exit 2"], "127.0.0.1", port,
+                          "s", KEY, connect_timeout=30)
     t.join(30)
+    assert "ended before its last frame" in res["error"]
+
+
+def test_an_oversized_frame_is_refused():
+    port, res = free_port(), {}
+    t = listen(port, res)
+    out = stream_chain._Outgoing("127.0.0.1", port, "s", KEY, 30)
+    out.sock.sendall(stream_chain._FRAME.pack(stream_chain.CHUNK + 1) + b"x" * 100)
+    out.close()
+    t.join(30)
+    assert "sent a frame of" in res["error"]
+
+
+def test_a_short_key_is_refused_at_both_ends():
+    with pytest.raises(stream_chain.ChainError, match="shorter than 32"):
+        stream_chain.receive(free_port(), "s", "short", lambda f: f.read(), bind="127.0.0.1", accept_timeout=1)
+    with pytest.raises(stream_chain.ChainError, match="shorter than 32"):
+        stream_chain.send(["true"], "127.0.0.1", free_port(), "s", "", connect_timeout=1)
 
 
 def test_unreachable_next_hop_is_reported_not_fatal_locally(tmp_path):
     port, dead = free_port(), free_port()
     out = tmp_path / "o"
     res = {}
-    t = threading.Thread(target=lambda: res.update(stream_chain.receive(
-        port, "s", ["sh", "-c", f"cat > {out}"], forward=("127.0.0.1", dead), bind="127.0.0.1",
-        accept_timeout=30, connect_timeout=1)))
-    t.start()
-    stream_chain.send(["printf", "hello"], "127.0.0.1", port, "s", connect_timeout=30)
+    t = listen(port, res, sink=file_sink(str(out)), forward=("127.0.0.1", dead))
+    stream_chain.send(["printf", "hello"], "127.0.0.1", port, "s", KEY, connect_timeout=30)
     t.join(30)
     assert out.read_bytes() == b"hello"
-    assert not res["forwarded"] and "could not connect" in res["forward_error"]
+    assert not res["ok"]["forwarded"] and "could not connect" in res["ok"]["forward_error"]
+
+
+def test_a_failing_sink_is_reported_and_the_stream_still_forwarded(tmp_path):
+    port, nxt = free_port(), free_port()
+    r0, r1 = {}, {}
+    t1 = listen(nxt, r1)
+
+    def bad(f):
+        f.read(10)
+        raise ValueError("refused member 'x'")
+
+    t0 = listen(port, r0, sink=bad, forward=("127.0.0.1", nxt))
+    stream_chain.send(["head", "-c", "5000000", "/dev/zero"], "127.0.0.1", port, "s", KEY, connect_timeout=30)
+    t0.join(30)
+    t1.join(30)
+    assert not r0["ok"]["sink_ok"] and "refused member 'x'" in r0["ok"]["sink_output"]
+    assert r1["ok"]["bytes"] == 5000000
