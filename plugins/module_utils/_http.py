@@ -13,15 +13,16 @@ except ImportError:  # pragma: no cover
     HTTPError = Exception
 
 
-def request(url, body=None, api_key=None, timeout=30):
-    """Return (status, parsed_json_or_text). Non-2xx answers are returned, not raised."""
+def request(url, body=None, api_key=None, timeout=30, validate_certs=True):
+    """Return (status, parsed_json_or_text). Non-2xx answers are returned, not raised. An HTTPS endpoint's
+    certificate is checked unless ``validate_certs`` is false."""
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = "Bearer %s" % api_key
     data = json.dumps(body).encode() if body is not None else None
     try:
         resp = open_url(url, data=data, headers=headers, method="POST" if body is not None else "GET",
-                        timeout=timeout, validate_certs=False)
+                        timeout=timeout, validate_certs=validate_certs)
         status, raw = resp.getcode(), resp.read()
     except HTTPError as exc:
         status, raw = exc.code, exc.read()

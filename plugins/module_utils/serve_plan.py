@@ -24,8 +24,8 @@ def serve_argv(model_path, served_name, tp, pp, port, host, extra_args=()):
     for arg in extra:
         flag = flag_name(arg)
         if flag in SECRET_FLAGS:
-            raise ValueError("extra_args must not carry %s: set the API key through api_key, which reaches vLLM "
-                             "as VLLM_API_KEY in its environment, never on the command line" % flag)
+            raise ValueError("extra_args must not carry %s: the API key reaches vLLM from a file as VLLM_API_KEY "
+                             "in its environment, never on the command line (set sparkfleet_api_key)" % flag)
         if flag in OWNED:
             raise ValueError("extra_args sets %s, which the collection derives from the topology; remove it" % flag)
     return ["vllm", "serve", model_path, "--served-model-name", served_name,
@@ -42,3 +42,38 @@ def requested_moe_backend(extra_args):
         if arg.startswith("--moe-backend="):
             return arg.split("=", 1)[1]
     return None
+
+
+# Runs in the serve container before vllm serve (python3 is in every vLLM image): it reads the API key from
+# a file mounted read-only, refuses to start without one, keeps it out of the environment that vLLM's Ray
+# executor copies to every worker (vllm/ray/ray_env.py excludes the names listed in
+# $VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json), and execs vllm with VLLM_API_KEY set. The key is
+# thus in no command line, in no container's declared environment (docker inspect) and on no Ray worker.
+API_KEY_WRAPPER = """\
+import json, os, sys
+key_file, argv = sys.argv[1], sys.argv[2:]
+try:
+    with open(key_file) as fh:
+        key = fh.read().strip()
+except OSError as exc:
+    sys.exit("sparkfleet: cannot read the API key file %s (%s); vllm serve was not started" % (key_file, exc))
+if not key:
+    sys.exit("sparkfleet: the API key file %s is empty; vllm serve was not started" % key_file)
+root = os.environ.get("VLLM_CONFIG_ROOT") or os.path.join(os.path.expanduser("~"), ".config", "vllm")
+path = os.path.join(root, "ray_non_carry_over_env_vars.json")
+try:
+    with open(path) as fh:
+        names = set(json.load(fh))
+except (OSError, ValueError):
+    names = set()
+os.makedirs(root, exist_ok=True)
+with open(path, "w") as fh:
+    json.dump(sorted(names | {"VLLM_API_KEY"}), fh)
+os.environ["VLLM_API_KEY"] = key
+os.execvp(argv[0], argv)
+"""
+
+
+def with_api_key_file(argv, key_file):
+    """Pure: ``argv`` run through API_KEY_WRAPPER, which gives vLLM the key in ``key_file``."""
+    return ["python3", "-c", API_KEY_WRAPPER, key_file] + list(argv)

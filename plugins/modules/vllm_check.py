@@ -126,6 +126,12 @@ options:
     description: Seconds per HTTP request.
     type: int
     default: 120
+  validate_certs:
+    description:
+      - Check the certificate of an C(https://) O(url). Turn it off only for an endpoint whose certificate
+        cannot be checked (a self-signed one on a private network); C(http://) is not affected.
+    type: bool
+    default: true
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
   - sparkfleet.vllm.attributes.read_only
@@ -199,15 +205,15 @@ def expected_kernels(params):
     return expected
 
 
-def run_probe(base, name, probe, api_key, timeout):
+def run_probe(base, name, probe, api_key, timeout, validate_certs=True):
     if probe["kind"] == "chat":
         body = {"model": name, "messages": [{"role": "user", "content": probe["prompt"]}],
                 "max_tokens": probe["max_tokens"], "temperature": 0.0}
-        status, reply = request(base + "/v1/chat/completions", body, api_key, timeout)
+        status, reply = request(base + "/v1/chat/completions", body, api_key, timeout, validate_certs)
         text = reply["choices"][0]["message"]["content"] if status == 200 else None
     else:
         body = {"model": name, "prompt": probe["prompt"], "max_tokens": probe["max_tokens"], "temperature": 0.0}
-        status, reply = request(base + "/v1/completions", body, api_key, timeout)
+        status, reply = request(base + "/v1/completions", body, api_key, timeout, validate_certs)
         text = reply["choices"][0]["text"] if status == 200 else None
     return status, reply, text
 
@@ -238,6 +244,7 @@ def main():
             unverifiable=dict(type="str", choices=["fail", "warn"], default="fail"),
             expect_mxfp8=dict(type="bool", default=False),
             timeout=dict(type="int", default=120),
+            validate_certs=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
@@ -245,10 +252,10 @@ def main():
     base = p["url"].rstrip("/")
     problems, answers, models, out = [], [], [], {}
     try:
-        status, _unused = request(base + "/health", None, None, p["timeout"])
+        status, _unused = request(base + "/health", None, None, p["timeout"], p["validate_certs"])
         if status != 200:
             problems.append("/health answered %s" % status)
-        status, reply = request(base + "/v1/models", None, p["api_key"], p["timeout"])
+        status, reply = request(base + "/v1/models", None, p["api_key"], p["timeout"], p["validate_certs"])
         if status == 200 and isinstance(reply, dict):
             models = [m.get("id") for m in reply.get("data", [])]
             if p["served_model_name"] not in models:
@@ -256,7 +263,8 @@ def main():
         else:
             problems.append("/v1/models answered %s" % status)
         for probe in p["probes"]:
-            status, reply, text = run_probe(base, p["served_model_name"], probe, p["api_key"], p["timeout"])
+            status, reply, text = run_probe(base, p["served_model_name"], probe, p["api_key"], p["timeout"],
+                                            p["validate_certs"])
             if text is None:
                 problems.append("probe %r: HTTP %s %s" % (probe["prompt"], status, str(reply)[:200]))
                 answers.append({"prompt": probe["prompt"], "status": status, "ok": False})

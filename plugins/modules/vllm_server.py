@@ -13,7 +13,10 @@ description:
     network, the head's C(/tmp/ray) shared so vLLM joins the running cluster).
   - Returns once the container runs; M(sparkfleet.vllm.vllm_boot) then follows the boot, one short poll at
     a time, so that the play reports the boot's progress.
-  - The API key reaches vLLM as C(VLLM_API_KEY) in its environment, never on the command line.
+  - The API key is read from O(api_key_file), mounted read-only. A small wrapper in the container gives it
+    to vLLM as C(VLLM_API_KEY) and lists that name in C(ray_non_carry_over_env_vars.json), so vLLM's Ray
+    executor does not copy it to the workers. It is in no command line and not in the container's declared
+    environment (C(docker inspect)); the server refuses to start without it.
   - The container asks Docker for the head's GPU (C(--gpus all)); vLLM finds its CUDA device through it.
   - An unchanged, running server whose log reports no failure is left alone (C(changed=false)), whether it
     serves already or is still booting.
@@ -51,9 +54,13 @@ options:
     description: Environment (the planned timeouts and any recipe variables).
     type: dict
     default: {}
-  api_key:
-    description: API key for C(/v1); passed as C(VLLM_API_KEY).
-    type: str
+  api_key_file:
+    description:
+      - File on this node holding the API key for C(/v1) (0600); mounted read-only at the same path.
+      - Without it the server runs without an API key.
+      - The file's content is not part of what is declared. To restart the server when the key changes, put
+        its digest in O(env) (the vllm_serve role sets C(SPARKFLEET_API_KEY_SHA256)).
+    type: path
   volumes:
     description: Bind mounts, C(host:container[:mode]).
     type: list
@@ -103,7 +110,7 @@ EXAMPLES = r"""
     tensor_parallel_size: 8
     host: 192.168.0.10
     ray_address: 192.168.0.10:6379
-    api_key: "{{ vault_api_key }}"
+    api_key_file: /etc/sparkfleet/api-key
 """
 
 RETURN = r"""
@@ -112,18 +119,17 @@ container_id:
   returned: state is present and not in check mode
   type: str
 argv:
-  description: The vllm serve command line (holds no secret).
+  description: The vllm serve command line (holds no secret; the container runs it through the API key wrapper).
   returned: state is present
   type: list
   elements: str
 """
 
-import hashlib
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, vllm_logs
-from ansible_collections.sparkfleet.vllm.plugins.module_utils.serve_plan import serve_argv
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.serve_plan import serve_argv, with_api_key_file
 
 
 def main():
@@ -138,7 +144,7 @@ def main():
             port=dict(type="int", default=8000),
             extra_args=dict(type="list", elements="str", default=[]),
             env=dict(type="dict", default={}),
-            api_key=dict(type="str", no_log=True),
+            api_key_file=dict(type="path"),
             volumes=dict(type="list", elements="str", default=[]),
             ray_address=dict(type="str"),
             ray_tmp_volume=dict(type="str", default="sparkfleet-ray-tmp"),
@@ -166,25 +172,27 @@ def main():
                 _docker.remove(cli, name)
             module.exit_json(changed=exists)
         env = dict(p["env"], RAY_ADDRESS=p["ray_address"], VLLM_HOST_IP=p["host"])
-        volumes = _docker.binds(p["volumes"], {p["ray_tmp_volume"]: {"bind": "/tmp/ray", "mode": "rw"}})  # noqa: S108
+        extra_binds = {p["ray_tmp_volume"]: {"bind": "/tmp/ray", "mode": "rw"}}  # noqa: S108
+        command = argv
+        if p["api_key_file"]:
+            command = with_api_key_file(argv, p["api_key_file"])
+            extra_binds[p["api_key_file"]] = {"bind": p["api_key_file"], "mode": "ro"}
+        volumes = _docker.binds(p["volumes"], extra_binds)
         # The host's PID namespace and the head's /tmp/ray: Ray's driver finds the local raylet by its process
         # and its sockets, and vLLM's engine is a Ray driver on the head node.
-        spec = {"image": p["image"], "command": argv, "environment": env, "network_mode": "host",
+        spec = {"image": p["image"], "command": command, "environment": env, "network_mode": "host",
                 "ipc_mode": "host", "pid_mode": "host", "volumes": volumes,
                 "device_requests": _docker.gpu_request()}
-        # The key is part of what is declared (a new key restarts the server) but only as a hash.
-        key_hash = hashlib.sha256((p["api_key"] or "").encode()).hexdigest()
-        digest = _docker.spec_digest(dict(spec, api_key_sha256=key_hash))
+        digest = _docker.spec_digest(spec)
         existing = _docker.current(cli, name)
         state = _docker.container_state(existing)
         # A server that is still booting is left to boot; one whose log reports a failure is started anew.
         if not _docker.needs_change(state, digest) and not vllm_logs.parse(_docker.logs(existing))["errors"]:
             module.exit_json(changed=False, container_id=existing.id, argv=argv)
-        run_spec = dict(spec, environment=dict(env, VLLM_API_KEY=p["api_key"]) if p["api_key"] else env)
-        diff = _docker.container_diff(cli, existing, run_spec)
+        diff = _docker.container_diff(cli, existing, spec)
         if module.check_mode:
             module.exit_json(changed=True, argv=argv, diff=diff)
-        container = _docker.replace(cli, name, run_spec, "vllm-serve", digest=digest)
+        container = _docker.replace(cli, name, spec, "vllm-serve", digest=digest)
     except _docker.DockerFailure as exc:
         module.fail_json(msg="vllm_server: %s" % exc)
     module.exit_json(changed=True, container_id=container.id, argv=argv, diff=diff)

@@ -4,6 +4,7 @@ Order matters: every test injects a fault, observes the failure, and the next de
 """
 
 import json
+import re
 import secrets
 import subprocess
 from pathlib import Path
@@ -126,13 +127,24 @@ def test_check_diff_on_the_deployed_cluster_predicts_no_change_and_changes_nothi
     assert cluster_state() == before
 
 
+def test_check_mode_for_a_new_controller_generates_no_secret_and_predicts_the_new_ones(tmp_path):
+    """A controller that has kept no Ray token or API key yet: --check writes none, and predicts that the
+    nodes' secret files (and so Ray and the server) change."""
+    before = cluster_state()
+    rc, out = deploy(args=("--check", "--diff", "-e", "validate_secrets_dir=%s" % (tmp_path / "secrets")))
+    assert rc == 0, out[-4000:]
+    assert not (tmp_path / "secrets").exists()
+    assert "changed=0" not in recap(out)["sim-spark-00"]
+    assert cluster_state() == before
+
+
 def test_check_diff_after_a_recipe_edit_shows_the_serve_flags_and_changes_nothing(tmp_path):
     """A user edits the recipe (--gpu-memory-utilization 0.85 -> 0.80) and asks what a deploy would do."""
     recipe = (REPO / "recipes" / "mimo-v2.5-pro.yml").read_text()
     assert '  - "0.85"' in recipe
     edited = tmp_path / "mimo-edited.yml"
     edited.write_text(recipe.replace('  - "0.85"', '  - "0.80"'))
-    canary = "canary-" + secrets.token_hex(8)
+    canary = "canary-" + secrets.token_hex(16)
     before = cluster_state()
     rc, out = deploy({"sparkfleet_recipe_name": str(edited), "sparkfleet_api_key": canary},
                      args=("--check", "--diff"))
@@ -140,7 +152,7 @@ def test_check_diff_after_a_recipe_edit_shows_the_serve_flags_and_changes_nothin
     # The serve container's command line, as running and as declared: the one flag differs (JSON diff).
     assert '-        "0.85"\n+        "0.80"' in out, out[-6000:]
     # A new API key restarts the server too; the diff says it would be set, and never shows it.
-    assert '+        "VLLM_API_KEY": "(set, not shown)"' in out and canary not in out
+    assert '+        "SPARKFLEET_API_KEY_SHA256": "(set, changed)"' in out and canary not in out
     lines = recap(out)
     assert "changed=0" not in lines["sim-spark-00"]
     assert all("changed=0" in line for host, line in lines.items() if host != "sim-spark-00"), json.dumps(lines)
@@ -255,20 +267,47 @@ def test_missing_base_image_fails_on_the_head_only():
     assert [started_at(f"sparkfleet-sim-node-{i}", "sparkfleet-ray") for i in range(4)] == before
 
 
-def test_api_key_protects_v1_and_never_reaches_argv_or_output():
-    secret = "sk-sim-" + secrets.token_hex(8)  # generated for this run only
-    rc, out = deploy({"sparkfleet_api_key": secret})
+def test_canary_secrets_show_nowhere_and_v1_needs_the_key(tmp_path):
+    """A canary API key and Ray token (a vault's, as a vars file) appear 0 times in the run's output at -vvv,
+    its report, any node's process list, any container's inspect output or log; /v1 answers 401 without the
+    key and 200 with it; vLLM's Ray executor copies the key to no worker. A key with a newline is refused
+    without being echoed."""
+    api_key, ray_token = "sk-canary-" + secrets.token_hex(16), "rt-canary-" + secrets.token_hex(16)
+    vault = tmp_path / "vault.yml"
+    vault.write_text(json.dumps({"sparkfleet_api_key": api_key, "sparkfleet_ray_token": ray_token}))
+    # One node lacks the weights, so the run's chain key is in play too.
+    node_exec("sparkfleet-sim-node-3", "rm", "-rf",
+              "/root/.cache/huggingface/hub/models--sparkfleet-sim--MiMo-V2.5-Pro-tiny")
+    rc, out = deploy(args=("-vvv", "-e", "@%s" % vault))
     assert rc == 0, out[-4000:]
-    assert secret not in out
-    args = node_exec(HEAD, "docker", "inspect", "--format", "{{json .Config.Cmd}}", "sparkfleet-vllm").stdout
-    assert secret not in args and "--api-key" not in args
-    anonymous = node_exec(HEAD, "python3", "-c",
-                          "import urllib.request as u, urllib.error as e\n"
-                          "try: u.urlopen('http://172.29.0.10:5001/v1/models')\n"
-                          "except e.HTTPError as x: print(x.code)")
-    assert anonymous.stdout.strip() == "401"
-    rc, out = deploy()  # back to the open endpoint for the tests that follow
-    assert rc == 0, out[-4000:]
+    assert "Receive the weights stream" in out and "sent the weights down the chain" in out
+    assert "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER" in out  # the output does show the modules' arguments
+    keys = re.findall(r'"(?:chain_key|api_key)": "([^"]*)"', out)
+    assert keys and set(keys) == {"VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"}, set(keys)
+    seen = {"output": out, "report": json.dumps(run_report(out))}
+    for node in NODES:
+        seen[node + " processes"] = node_exec(node, "sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '").stdout
+        seen[node + " inspect"] = node_exec(node, "sh", "-c", "docker inspect $(docker ps -aq)").stdout
+        seen[node + " logs"] = node_exec(node, "sh", "-c", "for c in $(docker ps -aq); do docker logs $c 2>&1; "
+                                                           "done").stdout
+        assert "raylet" in seen[node + " processes"] and '"Env"' in seen[node + " inspect"], node
+    for secret in (api_key, ray_token):
+        assert [where for where, text in seen.items() if secret in text] == []
+    log = node_exec(HEAD, "docker", "logs", "sparkfleet-vllm").stdout
+    (copied,) = [line for line in log.splitlines() if "Copying the following environment variables to" in line]
+    assert "VLLM_API_KEY" not in copied and "VLLM_ENGINE_READY_TIMEOUT_S" in copied
+    get = ("import sys, urllib.request as u, urllib.error as e\n"
+           "r = u.Request('http://172.29.0.10:5001/v1/models', headers=dict(a.split(': ', 1) for a in sys.argv[1:]))\n"
+           "try: print(u.urlopen(r).status)\n"
+           "except e.HTTPError as x: print(x.code)")
+    assert node_exec(HEAD, "python3", "-c", get).stdout.strip() == "401"
+    assert node_exec(HEAD, "python3", "-c", get, "Authorization: Bearer wrong").stdout.strip() == "401"
+    assert node_exec(HEAD, "python3", "-c", get, "Authorization: Bearer " + api_key).stdout.strip() == "200"
+    # A key with a newline: refused at validate, naming the field, and never echoed.
+    vault.write_text(json.dumps({"sparkfleet_api_key": api_key + "\nleak", "sparkfleet_ray_token": ray_token}))
+    rc, out = deploy(args=("-vvv", "-e", "@%s" % vault))
+    assert rc != 0 and "sparkfleet_api_key must be 32 or more printable characters" in out
+    assert api_key not in out and ray_token not in out
 
 
 def test_ray_refuses_a_client_without_the_token_and_the_token_shows_nowhere():

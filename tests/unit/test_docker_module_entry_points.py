@@ -8,6 +8,8 @@ modules' own behaviour: polling, check mode, diffs, secrets and failure messages
 import datetime
 import json
 import os
+import subprocess
+import sys
 import time
 
 import docker
@@ -15,6 +17,7 @@ import pytest
 from docker.errors import ImageNotFound, NotFound
 from module_runner import run
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import serve_plan
 from ansible_collections.sparkfleet.vllm.plugins.modules import ray_gate, ray_node, vllm_boot, vllm_server
 
 
@@ -190,25 +193,30 @@ def test_vllm_boot_stops_a_starving_boot_and_names_the_figures(engine, tmp_path,
 
 SERVE = {"image": "img:1", "model_path": "/models/m", "served_model_name": "m", "tensor_parallel_size": 4,
          "host": "10.0.0.1", "ray_address": "10.0.0.1:6379", "extra_args": ["--gpu-memory-utilization", "0.85"],
-         "api_key": "canary-0f1e2d3c"}
+         "api_key_file": "/etc/sparkfleet/api-key", "env": {"SPARKFLEET_API_KEY_SHA256": "ab" * 32}}
 
 
 def test_vllm_server_predicts_in_check_mode_with_a_diff_that_hides_the_key(engine):
     rc, res = run(vllm_server, SERVE, check_mode=True)
     assert rc == 0 and res["changed"] is True and engine.containers.runs == []
     assert res["diff"]["before"] == {}
-    assert res["diff"]["after"]["environment"]["VLLM_API_KEY"] == "(set, not shown)"
-    # (The key's absence from the result proves nothing here: AnsibleModule masks no_log values itself.)
+    assert res["diff"]["after"]["environment"]["SPARKFLEET_API_KEY_SHA256"] == "(set, not shown)"
 
 
-def test_vllm_server_starts_once_passes_the_key_by_env_and_then_changes_nothing(engine):
+def test_vllm_server_mounts_the_key_file_runs_the_wrapper_and_then_changes_nothing(engine):
     rc, res = run(vllm_server, SERVE)
     assert rc == 0 and res["changed"] is True and len(engine.containers.runs) == 1
     started = engine.containers.runs[0]
-    assert started["environment"]["VLLM_API_KEY"] == "canary-0f1e2d3c"
-    assert "canary-0f1e2d3c" not in json.dumps(started["command"])  # the command line never holds it
+    assert "VLLM_API_KEY" not in started["environment"]  # not in the declared environment (docker inspect)
+    assert started["command"][:4] == ["python3", "-c", serve_plan.API_KEY_WRAPPER, "/etc/sparkfleet/api-key"]
+    assert started["command"][4:6] == ["vllm", "serve"] and res["argv"] == started["command"][4:]
+    assert started["volumes"]["/etc/sparkfleet/api-key"] == {"bind": "/etc/sparkfleet/api-key", "mode": "ro"}
     rc, res = run(vllm_server, SERVE)
     assert rc == 0 and res["changed"] is False and len(engine.containers.runs) == 1
+    # A rotated key (its digest) restarts the server; the diff says so and shows neither key.
+    rc, res = run(vllm_server, dict(SERVE, env={"SPARKFLEET_API_KEY_SHA256": "cd" * 32}), check_mode=True)
+    assert rc == 0 and res["changed"] is True
+    assert res["diff"]["after"]["environment"]["SPARKFLEET_API_KEY_SHA256"] == "(set, changed)"
     # An edited flag: the diff names it, as running and as declared.
     edited = dict(SERVE, extra_args=["--gpu-memory-utilization", "0.80"])
     rc, res = run(vllm_server, edited, check_mode=True)
@@ -216,6 +224,34 @@ def test_vllm_server_starts_once_passes_the_key_by_env_and_then_changes_nothing(
     before, after = res["diff"]["before"], res["diff"]["after"]
     assert before["command"][-1] == "0.85" and after["command"][-1] == "0.80"
     assert before["environment"] == after["environment"]  # the image's own PATH is not the container's
+
+
+def wrapper(tmp_path, key_text, *argv):
+    key = tmp_path / "api-key"
+    if key_text is not None:
+        key.write_text(key_text)
+    env = dict(os.environ, VLLM_CONFIG_ROOT=str(tmp_path / "cfg"))
+    env.pop("VLLM_API_KEY", None)
+    return subprocess.run([sys.executable, "-c", serve_plan.API_KEY_WRAPPER, str(key), *argv], env=env,
+                          capture_output=True, text=True, check=False)
+
+
+def test_the_key_wrapper_gives_vllm_the_key_and_keeps_it_off_the_ray_workers(tmp_path):
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "ray_non_carry_over_env_vars.json").write_text('["NCCL_SOCKET_IFNAME"]')
+    show = "import os, sys; print(os.environ['VLLM_API_KEY']); print(sys.argv[1:])"
+    res = wrapper(tmp_path, "k" * 40 + "\n", sys.executable, "-c", show, "serve", "--port", "1")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["k" * 40, "['serve', '--port', '1']"]
+    listed = json.loads((tmp_path / "cfg" / "ray_non_carry_over_env_vars.json").read_text())
+    assert listed == ["NCCL_SOCKET_IFNAME", "VLLM_API_KEY"]
+
+
+@pytest.mark.parametrize("key_text", ["", "  \n", None])
+def test_the_key_wrapper_refuses_to_start_vllm_without_a_key(tmp_path, key_text):
+    res = wrapper(tmp_path, key_text, sys.executable, "-c", "print('STARTED')")
+    assert res.returncode != 0 and "STARTED" not in res.stdout
+    assert "vllm serve was not started" in res.stderr and str(tmp_path / "api-key") in res.stderr
 
 
 WORKER = {"role": "worker", "image": "img:1", "node_ip": "10.0.0.2", "head_ip": "10.0.0.1", "cluster_id": "h1",

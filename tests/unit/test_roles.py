@@ -30,7 +30,9 @@ def test_argument_specs_match_defaults(role):
 
 @pytest.mark.parametrize("role", ROLES, ids=lambda p: p.name)
 def test_no_role_reads_another_roles_variables(role):
-    text = role_text(role)
+    # What a role reads: its text without the keys of its YAML mappings (a module option such as
+    # validate_certs is not the validate role's variable).
+    text = re.sub(r"(?m)^(\s*-?\s*)[a-z0-9_]+:", r"\1", role_text(role))
     for other in ROLES:
         if other == role:
             continue

@@ -1,6 +1,14 @@
 """vllm_check's expectations: which kernel facts a serve command line and a recipe ask the log to show."""
 
+import http.server
+import ssl
+import subprocess
+import threading
+
+import pytest
+
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import vllm_logs
+from ansible_collections.sparkfleet.vllm.plugins.module_utils._http import request
 from ansible_collections.sparkfleet.vllm.plugins.modules.vllm_check import expected_kernels
 
 NONE = dict(serve_args=[], moe_backend=None, attention_backend=None, kv_cache_dtype=None, quantization=None,
@@ -67,3 +75,33 @@ def test_a_log_that_names_no_known_release_proves_nothing():
     verdicts = vllm_logs.verdicts({"moe_backend": "triton", "mxfp8_linear_kernel": "any"}, vllm_logs.parse(""),
                                   "0.34.0")
     assert {v["status"] for v in verdicts} == {"mismatch"}
+
+
+def test_an_https_endpoint_certificate_is_checked_unless_turned_off(tmp_path):
+    """_http validates certificates by default: a self-signed endpoint is refused, and reached only when the
+    check is turned off explicitly."""
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=127.0.0.1", "-keyout", str(tmp_path / "k.pem"), "-out", str(tmp_path / "c.pem")],
+                   check=True, capture_output=True)
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(tmp_path / "c.pem"), str(tmp_path / "k.pem"))
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = "https://127.0.0.1:%d/health" % server.server_address[1]
+    try:
+        with pytest.raises(Exception, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+            request(url, timeout=5)
+        assert request(url, timeout=5, validate_certs=False) == (200, {})
+    finally:
+        server.shutdown()

@@ -1917,6 +1917,34 @@ def load_shards(model_dir: str, files: list[str], rank: int, world: int, fault: 
     return {"rank": rank, "bytes": nbytes, "sha256": h.hexdigest(), "seconds": time.monotonic() - start}
 
 
+# vllm/ray/ray_env.py: the driver's variables that vLLM's Ray executor copies to every worker (through
+# update_environment_variables): these prefixes and PYTHONHASHSEED, less the names listed in
+# $VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json and the worker-specific ones.
+RAY_ENV_PREFIXES = ("VLLM_", "LMCACHE_", "NCCL_", "UCX_", "HF_", "HUGGING_FACE_")
+WORKER_SPECIFIC_ENV_VARS = {"VLLM_HOST_IP", "VLLM_HOST_PORT", "LOCAL_RANK", "CUDA_VISIBLE_DEVICES"}
+
+
+def env_vars_to_copy() -> dict[str, str]:
+    root = os.environ.get("VLLM_CONFIG_ROOT") or os.path.join(os.path.expanduser("~"), ".config", "vllm")
+    path = os.path.join(root, "ray_non_carry_over_env_vars.json")
+    excluded: set[str] = set()
+    if os.path.exists(path):
+        try:
+            with open(path) as fh:
+                excluded = set(json.load(fh))
+        except json.JSONDecodeError:
+            log(f"Failed to parse {path}. Using an empty set for non-carry-over env vars.", "EngineCore_DP0",
+                "WARNING", "ray_env.py:1")
+    names = {n for n in os.environ if n.startswith(RAY_ENV_PREFIXES)} | {"PYTHONHASHSEED"}
+    names -= excluded | WORKER_SPECIFIC_ENV_VARS
+    log(f"Env var prefixes to copy: {sorted(RAY_ENV_PREFIXES)}", "EngineCore_DP0", where="ray_env.py:2")
+    log(f"Copying the following environment variables to workers: {sorted(n for n in names if n in os.environ)}",
+        "EngineCore_DP0", where="ray_env.py:3")
+    if excluded:
+        log(f"RAY_NON_CARRY_OVER_ENV_VARS from config: {excluded}", "EngineCore_DP0", where="ray_env.py:4")
+    return {n: os.environ[n] for n in names if n in os.environ}
+
+
 class Engine:
     """Ray placement + the rank workers. Keeps the bundles reserved while the server runs."""
 
@@ -1971,12 +1999,18 @@ class Engine:
             def ping(self) -> bool:
                 return True
 
+            def update_environment_variables(self, env: dict) -> list:
+                os.environ.update(env)
+                return sorted(env)
+
         self.workers = [
             RayWorkerProc.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
                 placement_group=self.pg, placement_group_bundle_index=i)).remote()
             for i in range(self.world)
         ]
         self.ips = ray.get([w.node_ip.remote() for w in self.workers])
+        copied = env_vars_to_copy()
+        ray.get([w.update_environment_variables.remote(copied) for w in self.workers])
         tp = args.tensor_parallel_size
         for rank, ip in enumerate(self.ips):
             log(f"rank {rank} in world size {self.world} is assigned as DP rank 0, PP rank {rank // tp}, "
