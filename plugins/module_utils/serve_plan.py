@@ -59,7 +59,9 @@ except OSError as exc:
     sys.exit("sparkfleet: cannot read the API key file %s (%s); vllm serve was not started" % (key_file, exc))
 if not key:
     sys.exit("sparkfleet: the API key file %s is empty; vllm serve was not started" % key_file)
-root = os.environ.get("VLLM_CONFIG_ROOT") or os.path.join(os.path.expanduser("~"), ".config", "vllm")
+# VLLM_CONFIG_ROOT as vllm/envs.py computes it, where vllm/ray/ray_env.py reads the list
+root = os.path.expanduser(os.getenv("VLLM_CONFIG_ROOT", os.path.join(
+    os.getenv("XDG_CONFIG_HOME", os.path.join(os.path.expanduser("~"), ".config")), "vllm")))
 path = os.path.join(root, "ray_non_carry_over_env_vars.json")
 try:
     with open(path) as fh:

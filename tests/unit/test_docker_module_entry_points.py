@@ -226,11 +226,11 @@ def test_vllm_server_mounts_the_key_file_runs_the_wrapper_and_then_changes_nothi
     assert before["environment"] == after["environment"]  # the image's own PATH is not the container's
 
 
-def wrapper(tmp_path, key_text, *argv):
+def wrapper(tmp_path, key_text, *argv, env=None):
     key = tmp_path / "api-key"
     if key_text is not None:
         key.write_text(key_text)
-    env = dict(os.environ, VLLM_CONFIG_ROOT=str(tmp_path / "cfg"))
+    env = dict(os.environ, **(env or {"VLLM_CONFIG_ROOT": str(tmp_path / "cfg")}))
     env.pop("VLLM_API_KEY", None)
     return subprocess.run([sys.executable, "-c", serve_plan.API_KEY_WRAPPER, str(key), *argv], env=env,
                           capture_output=True, text=True, check=False)
@@ -245,6 +245,14 @@ def test_the_key_wrapper_gives_vllm_the_key_and_keeps_it_off_the_ray_workers(tmp
     assert res.stdout.splitlines() == ["k" * 40, "['serve', '--port', '1']"]
     listed = json.loads((tmp_path / "cfg" / "ray_non_carry_over_env_vars.json").read_text())
     assert listed == ["NCCL_SOCKET_IFNAME", "VLLM_API_KEY"]
+
+
+def test_the_key_wrapper_writes_the_list_where_vllm_reads_it_under_xdg_config_home(tmp_path, monkeypatch):
+    """vLLM's VLLM_CONFIG_ROOT defaults to $XDG_CONFIG_HOME/vllm when that is set (vllm/envs.py)."""
+    monkeypatch.delenv("VLLM_CONFIG_ROOT", raising=False)
+    res = wrapper(tmp_path, "k" * 40, sys.executable, "-c", "pass", env={"XDG_CONFIG_HOME": str(tmp_path / "xdg")})
+    assert res.returncode == 0, res.stderr
+    assert json.loads((tmp_path / "xdg" / "vllm" / "ray_non_carry_over_env_vars.json").read_text()) == ["VLLM_API_KEY"]
 
 
 @pytest.mark.parametrize("key_text", ["", "  \n", None])
