@@ -12,13 +12,13 @@ export ANSIBLE_FORCE_COLOR ?= 0
 export PY_COLORS ?= 0
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help deps host demo test lint unit integration sim-up sim-down sim-images bench bench-verdicts patch-verdicts \
+.PHONY: help deps host demo test lint unit integration sim-up sim-down sim-images bench bench-verdicts bench-weights patch-verdicts \
 	gpu-wheels gpu-stage gpu-check sanity
 
 help:
 	@echo "make demo      simulated 4-node cluster + deploy_mimo.yml, prints the endpoint's answers"
 	@echo "make test      ruff + ansible-lint + ansible-test sanity + unit tests + molecule (on the simulated cluster)"
-	@echo "make lint | sanity | unit | sim-up N=4 | sim-down | bench | bench-verdicts"
+	@echo "make lint | sanity | unit | sim-up N=4 | sim-down | bench | bench-weights | bench-verdicts"
 	@echo "make patch-verdicts VLLM_SRC=DIR   each patch's verdict for a vLLM source tree, as JSON (writes nothing)"
 	@echo "make gpu-wheels (networked) | gpu-stage | gpu-check OUT=DIR (GPU host, offline): real vLLM tier"
 
@@ -65,6 +65,9 @@ test: deps host lint sanity
 
 bench: deps host
 	$(BIN)/python benchmarks/image_distribution.py
+
+bench-weights: deps host
+	$(BIN)/python benchmarks/weights_distribution.py
 
 bench-verdicts: deps host
 	$(BIN)/python benchmarks/time_to_verdict.py

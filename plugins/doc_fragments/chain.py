@@ -17,8 +17,9 @@ options:
     description:
       - The run's chain key, 32 characters or more, the same for every node of one transfer. Each hop
         proves it holds the key (HMAC-SHA256 over a fresh challenge, both ways) before a byte of payload
-        moves, and ends the stream with an HMAC over every byte; a peer without it, or a corrupted or
-        injected stream, is refused and nothing is loaded or published.
+        moves, and every frame of at most 1 MiB carries its own HMAC (its kind, number, length and bytes),
+        checked before anything reads it; an end frame's HMAC covers the byte count. A peer without the
+        key, or a corrupted or injected stream, is refused and nothing is loaded or published.
       - The roles generate a new one for every run; it is never logged.
     type: str
     required: true
@@ -26,6 +27,12 @@ options:
     description: Seconds to wait for the other end to connect.
     type: int
     default: 900
+  stall_timeout:
+    description:
+      - Seconds a hop may move no byte, either way, once the stream flows. The hop then fails with a message
+        naming both ends, its sockets are closed, and every node below it aborts what it received.
+    type: int
+    default: 60
   progress_file:
     description:
       - A file on this node where the step's phase, bytes, total and state are kept while it runs in the

@@ -26,9 +26,19 @@ options:
     VERIFY = r"""
 options:
   hash_blobs:
-    description: Hash blob contents; without it only presence and framing are checked.
+    description:
+      - Hash blob contents; without it only presence and framing are checked.
+      - A blob hashed earlier is taken on trust while its size, mtime, ctime and inode are those it was
+        hashed with (the quick mode); a flipped bit whose times were restored still moves the ctime.
     type: bool
     default: true
+  rehash_before:
+    description:
+      - The deep mode. Hashes recorded before this time (seconds since the epoch, usually when the check
+        began) are not trusted and every such blob is hashed again; 0 trusts every recorded hash that
+        still matches its file.
+    type: float
+    default: 0
   poll_seconds:
     description:
       - Longest time one call spends hashing (it finishes the file it is on). Blobs verified so far are

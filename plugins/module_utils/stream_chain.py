@@ -40,15 +40,24 @@ MAGIC = b"SPARKFLEET-CHAIN 2"
 CHUNK = 1 << 20
 SINK_QUEUE_CHUNKS = 64  # up to 64 MiB in flight between the network and the local sink
 KEY_MIN_LENGTH = 32
-HANDSHAKE_TIMEOUT = 30
+# A hop where no byte moves for this long fails, naming both ends (every node below it then aborts too): a
+# frame is 1 MiB, which even a congested 200 Gb/s fabric moves in well under a second, while the slowest
+# sink here (a receiver's disk) is given the whole bounded queue in front of it.
+STALL_SECONDS = 60
+HANDSHAKE_SECONDS = 10  # the whole handshake, from the connection: a slow or silent peer is dropped after it
 _FRAME = struct.Struct(">I")
 _SEQ = struct.Struct(">Q")
 _TAG = 32
+_HEX = frozenset("0123456789abcdef")
 _ABORT = object()
 
 
 class ChainError(Exception):
     pass
+
+
+class _Refused(ChainError):
+    """The other end answered the handshake, and the answer is final (no retry)."""
 
 
 def chain_order(source, targets):
@@ -81,35 +90,53 @@ def _connect(host, port, timeout, clock=time):
     raise ChainError("could not connect to %s:%s within %ss: %s" % (host, port, int(timeout), last))
 
 
-def _read_line(conn, who):
+def _read_line(conn, who, deadline):
+    """One handshake line as words, read before ``deadline`` (a time.monotonic() value) however slowly the
+    peer sends it. Anything but printable ASCII ends the handshake."""
     buf = b""
     while not buf.endswith(b"\n"):
-        byte = conn.recv(1)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ChainError("%s did not complete the handshake within %ss" % (who, HANDSHAKE_SECONDS))
+        conn.settimeout(left)
+        try:
+            byte = conn.recv(1)
+        except socket.timeout:
+            raise ChainError("%s did not complete the handshake within %ss" % (who, HANDSHAKE_SECONDS)) from None
         if not byte:
             raise ChainError("%s closed the connection during the handshake" % who)
         buf += byte
         if len(buf) > 512:
             raise ChainError("%s sent a handshake line over 512 bytes" % who)
-    return buf.rstrip(b"\n").decode("ascii", errors="replace").split(" ")
+    line = buf[:-1]
+    if any(b < 0x20 or b > 0x7e for b in line):
+        raise ChainError("%s sent a handshake line that is not printable ASCII" % who)
+    return line.decode("ascii").split(" ")
+
+
+def _is_hex(text, length):
+    return len(text) == length and set(text) <= _HEX
 
 
 class _Tags:
-    """The HMACs of one hop's frames: frame n's covers n and its bytes; the end's covers the byte count."""
+    """The HMACs of one hop's frames. Each covers the frame's kind (data or end), its sequence number and
+    its length, then a data frame's bytes or the end frame's byte count of the whole stream."""
 
     def __init__(self, key, session, challenge):
         self.base, self.seq = _mac(key, "frame", session, challenge, b""), 0
 
-    def frame(self, chunk):
+    def _tag(self, kind, size, body):
         tag = self.base.copy()
-        tag.update(_SEQ.pack(self.seq))
-        tag.update(chunk)
+        tag.update(kind + _SEQ.pack(self.seq) + _SEQ.pack(size))
+        tag.update(body)
         self.seq += 1
         return tag.digest()
 
+    def frame(self, chunk):
+        return self._tag(b"D", len(chunk), chunk)
+
     def end(self, total):
-        tag = self.base.copy()
-        tag.update(_SEQ.pack(self.seq) + b"end" + _SEQ.pack(total))
-        return tag.digest()
+        return self._tag(b"E", 0, _SEQ.pack(total))
 
 
 def _recv_exact(conn, size, who):
@@ -125,10 +152,13 @@ def _recv_exact(conn, size, who):
 
 def _prove(conn, session, key, who):
     """The receiver's side of the handshake. Returns the challenge the payload's HMAC is bound to."""
+    deadline = time.monotonic() + HANDSHAKE_SECONDS
     challenge = os.urandom(32).hex()
+    conn.settimeout(HANDSHAKE_SECONDS)
     conn.sendall(MAGIC + b" " + challenge.encode() + b"\n")
-    words = _read_line(conn, who)
-    if len(words) != 5 or " ".join(words[:2]).encode() != MAGIC:
+    words = _read_line(conn, who, deadline)
+    if len(words) != 5 or " ".join(words[:2]).encode() != MAGIC or not _is_hex(words[3], 64) \
+            or not _is_hex(words[4], 64):
         raise ChainError("refused a connection from %s: it is not a sparkfleet chain sender" % who)
     got, nonce, proof = words[2], words[3], words[4]
     if not hmac.compare_digest(_mac(key, "send", got, challenge, nonce).hexdigest(), proof):
@@ -142,42 +172,63 @@ def _prove(conn, session, key, who):
     return challenge
 
 
-def _introduce(sock, session, key, who):
+def _introduce(sock, session, key, who, deadline):
     """The sender's side of the handshake. Returns the receiver's challenge."""
-    words = _read_line(sock, who)
-    if len(words) != 3 or " ".join(words[:2]).encode() != MAGIC:
+    words = _read_line(sock, who, deadline)
+    if len(words) != 3 or " ".join(words[:2]).encode() != MAGIC or not _is_hex(words[2], 64):
         raise ChainError("%s is not a sparkfleet chain receiver" % who)
     challenge, nonce = words[2], os.urandom(32).hex()
     proof = _mac(key, "send", session, challenge, nonce).hexdigest()
     sock.sendall(MAGIC + (" %s %s %s\n" % (session, nonce, proof)).encode())
-    answer = _read_line(sock, who)
+    answer = _read_line(sock, who, deadline)
     if answer[0] == "NO":
-        raise ChainError("%s refused the stream: %s" % (who, " ".join(answer[1:])))
-    if answer[0] != "OK" or len(answer) != 2 or not hmac.compare_digest(
+        raise _Refused("%s refused the stream: %s" % (who, " ".join(answer[1:])))
+    if answer[0] != "OK" or len(answer) != 2 or not _is_hex(answer[1], 64) or not hmac.compare_digest(
             _mac(key, "receive", session, challenge, nonce).hexdigest(), answer[1]):
-        raise ChainError("%s did not prove this run's chain key; nothing was sent to it" % who)
+        raise _Refused("%s did not prove this run's chain key; nothing was sent to it" % who)
     return challenge
 
 
 class _Outgoing:
     """One authenticated hop out: frames and the running HMAC of what went through it."""
 
-    def __init__(self, host, port, session, key, timeout):
+    def __init__(self, host, port, session, key, timeout, stall=STALL_SECONDS):
         self.who = "%s:%s" % (host, port)
-        self.sock = _connect(host, int(port), timeout)
-        try:
-            self.sock.settimeout(HANDSHAKE_TIMEOUT)
-            challenge = _introduce(self.sock, session, key, self.who)
-            self.sock.settimeout(None)
-        except (OSError, ChainError):
-            self.sock.close()
-            raise
+        self.stall = stall
+        deadline = time.monotonic() + timeout
+        # A receiver busy refusing another peer's handshake (it serves one at a time, each for at most
+        # HANDSHAKE_SECONDS) may leave this one unanswered: try again until ``timeout``. A refusal is final.
+        while True:
+            self.sock = _connect(host, int(port), max(1.0, deadline - time.monotonic()))
+            try:
+                challenge = _introduce(self.sock, session, key, self.who,
+                                       time.monotonic() + 3 * HANDSHAKE_SECONDS)
+                self.sock.settimeout(stall)  # a send that cannot move a byte for this long is a stalled hop
+                self.me = "%s:%s" % self.sock.getsockname()[:2]
+                break
+            except _Refused:
+                self.sock.close()
+                raise
+            except (OSError, ChainError):
+                self.sock.close()
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.5)
         self.tags, self.total = _Tags(key, session, challenge), 0
 
+    def _put(self, data):
+        # Not sendall: its timeout bounds the whole call, so a 1 MiB frame on a slow link would count as a
+        # stall. Each send() here waits at most ``stall`` for room, so only a hop that takes nothing fails.
+        view = memoryview(data)
+        while view:
+            view = view[self.sock.send(view):]
+
     def send(self, chunk):
-        self.sock.sendall(_FRAME.pack(len(chunk)))
-        self.sock.sendall(chunk)
-        self.sock.sendall(self.tags.frame(chunk))
+        try:
+            self._put(_FRAME.pack(len(chunk)) + chunk + self.tags.frame(chunk))
+        except socket.timeout:
+            raise ChainError("the hop %s -> %s stalled: the receiver took nothing for %ss after %d bytes"
+                             % (self.me, self.who, self.stall, self.total)) from None
         self.total += len(chunk)
 
     def finish(self):
@@ -247,12 +298,13 @@ def process_sink(argv):
 
 
 def receive(port, session, key, sink, forward=None, bind="0.0.0.0", accept_timeout=900,  # noqa: S104
-            connect_timeout=300, progress=None):
+            connect_timeout=300, progress=None, stall_seconds=STALL_SECONDS):
     """Accept one authenticated stream for ``session``, hand it to ``sink`` (a function that reads a file
     object, run in its own thread) and forward it to ``forward`` (host, port), counting the bytes into
     ``progress`` (a progress.Progress, phase "received").
 
-    A peer that does not prove the key is refused and the wait goes on, until ``accept_timeout``. Raises
+    A peer that does not prove the key is refused and the wait goes on, until ``accept_timeout``. Once the
+    stream flows, ``stall_seconds`` without a byte, either way, fails the hop, naming both ends. Raises
     ChainError when no authenticated stream came, or when the stream fails its integrity check; the caller
     then loads and publishes nothing. Returns {"bytes", "frames_verified", "sink_ok", "sink_output",
     "forwarded", "forward_error", "seconds"}; every frame's HMAC replaces a digest of the whole.
@@ -268,18 +320,20 @@ def receive(port, session, key, sink, forward=None, bind="0.0.0.0", accept_timeo
         # A peer that fails the handshake is refused and the listener waits on: an injected connection
         # does not cost the run its transfer.
         while True:
-            server.settimeout(max(0.0, deadline - time.monotonic()))
+            left = deadline - time.monotonic()
             try:
+                if left <= 0:
+                    raise socket.timeout
+                server.settimeout(left)
                 conn, peer = server.accept()
             except socket.timeout:
                 raise ChainError("no authenticated stream arrived on %s:%s within %ss%s" % (
                     bind, port, accept_timeout, "; refused: " + "; ".join(refused[-3:]) if refused else "")) from None
             who = "%s:%s" % peer[:2]
             try:
-                conn.settimeout(HANDSHAKE_TIMEOUT)
                 challenge = _prove(conn, session, key, who)
                 break
-            except (ChainError, OSError) as exc:
+            except Exception as exc:  # noqa: BLE001 - whatever a peer sends, it is refused, never fatal here
                 refused.append(str(exc) if isinstance(exc, ChainError) else "%s: %s" % (who, exc))
                 if progress is not None:
                     progress.update(0, note="refused %s" % refused[-1])
@@ -287,22 +341,21 @@ def receive(port, session, key, sink, forward=None, bind="0.0.0.0", accept_timeo
     finally:
         server.close()
     try:
-        conn.settimeout(accept_timeout)  # a stalled upstream fails within the step's timeout
-        return _relay(conn, who, session, key, challenge, sink, forward, connect_timeout, progress)
-    except socket.timeout:
-        raise ChainError("the stream from %s stalled for %ss" % (who, conn.gettimeout())) from None
+        conn.settimeout(stall_seconds)
+        return _relay(conn, who, "%s:%s" % (bind, port), session, key, challenge, sink, forward,
+                      connect_timeout, progress, stall_seconds)
     finally:
         conn.close()
 
 
-def _relay(conn, who, session, key, challenge, sink, forward, connect_timeout, progress):
+def _relay(conn, who, me, session, key, challenge, sink, forward, connect_timeout, progress, stall):
     start = time.monotonic()
     if progress is not None:
         progress.update(0, phase="received")  # the rate counts from the stream's arrival
     down, forward_error = None, None
     if forward:
         try:
-            down = _Outgoing(forward[0], forward[1], session, key, connect_timeout)
+            down = _Outgoing(forward[0], forward[1], session, key, connect_timeout, stall)
         except (OSError, ChainError) as exc:
             forward_error = str(exc)
     # The local sink reads from a bounded queue in its own thread, so a slow sink here does not hold back
@@ -339,8 +392,9 @@ def _relay(conn, who, session, key, challenge, sink, forward, connect_timeout, p
             if down is not None:
                 try:
                     down.send(chunk)
-                except OSError as exc:
-                    forward_error = "forwarding broke after %d bytes: %s" % (total, exc)
+                except (OSError, ChainError) as exc:
+                    forward_error = ("forwarding broke after %d bytes: %s" % (total, exc)
+                                     if isinstance(exc, OSError) else str(exc))
                     down.close()
                     down = None
             pending.put(chunk)
@@ -348,7 +402,15 @@ def _relay(conn, who, session, key, challenge, sink, forward, connect_timeout, p
             if progress is not None:
                 progress.update(total, phase="received")
         if down is not None:
-            down.finish()
+            try:
+                down.finish()
+            except OSError as exc:
+                forward_error = "the next node hung up before the last frame: %s" % exc
+    except socket.timeout:
+        raise ChainError("the hop %s -> %s stalled: nothing arrived for %ss after %d bytes"
+                         % (who, me, stall, total)) from None
+    except OSError as exc:
+        raise ChainError("the stream from %s broke after %d bytes: %s" % (who, total, exc)) from exc
     finally:
         if down is not None:
             down.close()  # without its last frame when this stream failed: the next node aborts too
@@ -360,15 +422,48 @@ def _relay(conn, who, session, key, challenge, sink, forward, connect_timeout, p
             "seconds": round(time.monotonic() - start, 3)}
 
 
-def send(source_argv, host, port, session, key, connect_timeout=300, progress=None):
-    """Run ``source_argv`` and stream its stdout to the first node of the chain.
+class _ProducerSource:
+    """A Python producer as a source: ``produce(fileobj)`` writes the stream in a thread, into a pipe, and
+    this reads the other end the way send reads a process's stdout (``stdout``, ``wait``, ``kill``)."""
+
+    def __init__(self, produce):
+        rfd, wfd = os.pipe()
+        self.stdout = os.fdopen(rfd, "rb")
+        self.error = None
+
+        def run():
+            try:
+                with os.fdopen(wfd, "wb") as out:
+                    produce(out)
+            except BrokenPipeError:
+                self.error = "the stream was closed while it was being written"
+            except Exception as exc:  # noqa: BLE001 - reported as the source's failure, never raised here
+                self.error = "%s: %s" % (type(exc).__name__, exc)
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def wait(self):
+        self.thread.join()
+        return 1 if self.error else 0
+
+    def errors(self):
+        return self.error or ""
+
+    def kill(self):
+        self.stdout.close()
+
+
+def send(source, host, port, session, key, connect_timeout=300, progress=None, stall_seconds=STALL_SECONDS):
+    """Stream ``source`` to the first node of the chain: an argv whose stdout is the stream, or a function
+    that writes the stream into the file object it is given.
 
     ``progress`` (a progress.Progress) counts the bytes sent and ends as done, with the result, or failed,
     with the reason.
     """
     try:
         check_key(key)
-        result = _send(source_argv, host, port, session, key, connect_timeout, progress)
+        result = _send(source, host, port, session, key, connect_timeout, progress, stall_seconds)
     except (ChainError, OSError) as exc:
         if progress is not None:
             progress.fail(str(exc))
@@ -378,12 +473,15 @@ def send(source_argv, host, port, session, key, connect_timeout=300, progress=No
     return result
 
 
-def _send(source_argv, host, port, session, key, connect_timeout, progress):
-    out = _Outgoing(host, port, session, key, connect_timeout)
+def _send(source, host, port, session, key, connect_timeout, progress, stall):
+    out = _Outgoing(host, port, session, key, connect_timeout, stall)
     if progress is not None:
         progress.update(0, phase="sent")  # the rate counts from the connection
     start = time.monotonic()
-    src = subprocess.Popen(source_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if callable(source):
+        src, what = _ProducerSource(source), "the snapshot's stream"
+    else:
+        src, what = subprocess.Popen(source, stdout=subprocess.PIPE, stderr=subprocess.PIPE), " ".join(source)
     digest, total = hashlib.sha256(), 0
     try:
         while True:
@@ -395,16 +493,23 @@ def _send(source_argv, host, port, session, key, connect_timeout, progress):
             total += len(chunk)
             if progress is not None:
                 progress.update(total, phase="sent")
-        err = src.stderr.read().decode(errors="replace")
-        rc = src.wait()
+        if callable(source):
+            rc, err = src.wait(), src.errors()
+        else:  # stderr first: a process blocked on a full stderr pipe would never exit
+            err = src.stderr.read().decode(errors="replace")
+            rc = src.wait()
         if rc != 0:  # no last frame: the receivers abort what they got
-            raise ChainError("%s exited %d: %s" % (" ".join(source_argv), rc, err.strip()[-2000:]))
+            raise ChainError("%s exited %d: %s" % (what, rc, err.strip()[-2000:]))
         out.finish()
-    except OSError as exc:
+    except (OSError, ChainError) as exc:
         src.kill()
+        if isinstance(exc, ChainError):
+            raise
         raise ChainError("%s closed the stream after %d bytes: %s" % (out.who, total, exc)) from exc
     finally:
         out.close()
+        if callable(source):
+            src.wait()
     return {"bytes": total, "sha256": digest.hexdigest(), "seconds": round(time.monotonic() - start, 3)}
 
 
@@ -415,6 +520,7 @@ def send_argument_spec(port):
         target_host=dict(type="str", required=True),
         chain_key=dict(type="str", required=True, no_log=True),
         timeout=dict(type="int", default=900),
+        stall_timeout=dict(type="int", default=STALL_SECONDS),
         progress_file=dict(type="path"),
     )
 
@@ -427,5 +533,6 @@ def receive_argument_spec(port):
         forward_host=dict(type="str", default=""),
         chain_key=dict(type="str", required=True, no_log=True),
         timeout=dict(type="int", default=900),
+        stall_timeout=dict(type="int", default=STALL_SECONDS),
         progress_file=dict(type="path"),
     )

@@ -101,7 +101,8 @@ def main():
         # Every frame is authenticated before `docker load` reads it; a stream that fails is cut off before
         # its end and `docker load` is killed, so it loads nothing.
         result = receive(p["port"], p["image_id"], p["chain_key"], process_sink(["docker", "load"]),
-                         forward=forward, bind=p["bind_address"], accept_timeout=p["timeout"], progress=progress)
+                         forward=forward, bind=p["bind_address"], accept_timeout=p["timeout"], progress=progress,
+                         stall_seconds=p["stall_timeout"])
         if not result["sink_ok"]:
             fail("docker load failed: %s" % result["sink_output"], transfer=result)
         local = _docker.image_id(cli, p["image"])

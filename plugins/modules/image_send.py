@@ -81,7 +81,7 @@ def main():
                                         % (p["image"], local, p["image_id"]))
         progress.total = cli.images.get(p["image"]).attrs.get("Size")  # about what docker save streams
         result = send(["docker", "save", p["image"]], p["target_host"], p["port"], p["image_id"], p["chain_key"],
-                      p["timeout"], progress=progress)
+                      p["timeout"], progress=progress, stall_seconds=p["stall_timeout"])
     except (ChainError, _docker.DockerFailure, OSError) as exc:
         progress.fail(str(exc))
         module.fail_json(msg="image_send: %s" % exc)

@@ -66,6 +66,14 @@ digest:
   description: sha256 over the sorted file:blob list (null unless the copy is intact).
   returned: success
   type: str
+have:
+  description:
+    - Blobs of the repo this node holds verified (their recorded hash still matches the file), whether or
+      not a snapshot links them yet; an interrupted transfer leaves those it completed. The seed skips
+      the blobs every receiver has.
+  returned: success
+  type: list
+  elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -73,6 +81,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.checkpoint import (
     SNAPSHOT_ARGS,
     VERIFY_ARGS,
+    repo_dir,
+    valid_entries,
     verify_polled,
 )
 
@@ -85,10 +95,11 @@ def main():
     p = module.params
     try:
         report = verify_polled(p, module.check_mode)
+        have = sorted(valid_entries(repo_dir(p["hub_dir"], p["repo_id"])))
     except ValueError as exc:
         module.fail_json(msg="weights_info: %s" % exc)
     module.exit_json(changed=False, needed=not report["ok"] or report["differs"], problems=report["problems"],
-                     done=report["done"], progress=report["progress"], digest=report["digest"])
+                     done=report["done"], progress=report["progress"], digest=report["digest"], have=have)
 
 
 if __name__ == "__main__":

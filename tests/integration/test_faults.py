@@ -4,13 +4,16 @@ Order matters: every test injects a fault, observes the failure, and the next de
 """
 
 import json
+import os
 import re
 import secrets
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, ENV, HEAD, REPO, deploy, install_artifact, node_exec, run_report, sh
+from conftest import BIN, ENV, HEAD, REPO, SITE, SITE_ENV, deploy, install_artifact, node_exec, run_report, sh
 
 pytestmark = pytest.mark.usefixtures("sim_cluster")
 
@@ -163,12 +166,12 @@ def test_corrupt_shard_on_a_worker_is_found_and_repaired():
     node = "sparkfleet-sim-node-2"
     snap = "/root/.cache/huggingface/hub/models--sparkfleet-sim--MiMo-V2.5-Pro-tiny/snapshots"
     res = node_exec(node, "sh", "-c", f"f=$(readlink -f {snap}/*/model-00002-of-00004.safetensors); "
-                                      "truncate -s -64 $f; echo $f")
-    blob = res.stdout.strip()
+                                      "stat -c %s $f; truncate -s -64 $f; echo $f")
+    size, blob = res.stdout.split()
     assert blob, res.stderr
-    # The head's link is throttled (tc tbf, 8 Mbit/s) so that the repair's transfer lasts several seconds, and
-    # is reported every 2 s while it runs.
-    shaped = node_exec(HEAD, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "8mbit", "burst", "32kbit",
+    # The head's link is throttled (tc tbf, 1 Mbit/s) so that the repair's transfer (the one damaged blob, the
+    # only one the node lacks) lasts several seconds, and is reported every 2 s while it runs.
+    shaped = node_exec(HEAD, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "1mbit", "burst", "32kbit",
                        "latency", "400ms")
     assert shaped.returncode == 0, shaped.stderr
     try:
@@ -189,7 +192,221 @@ def test_corrupt_shard_on_a_worker_is_found_and_repaired():
     received = [line for line in out.splitlines() if line.startswith("  [sim-spark-02] weights: ")]
     assert any(" GiB received, " in line and "MiB/s" in line for line in received), received
     (sent,) = [t for t in run_report(out)["transfers"] if t["what"] == "weights"]
-    assert sent["host"] == "sim-spark-00" and sent["bytes"] > 0 and sent["mib_per_s"] < 1.5
+    assert sent["host"] == "sim-spark-00" and sent["mib_per_s"] < 1.5
+    # Only the damaged blob travelled (and the snapshot's links): the node's other blobs were verified there.
+    assert int(size) < sent["bytes"] < int(size) + 64 * 1024, (size, sent)
+
+
+SNAPSHOT = ("/root/.cache/huggingface/hub/models--sparkfleet-sim--MiMo-V2.5-Pro-tiny/snapshots/"
+            "400393c6f85ae44db2ea40b3aaabea3cd7bc3c35")
+
+
+def test_every_file_ships_and_a_dangling_one_on_the_seed_is_named():
+    """The tokenizer, chat template and remote code travel with the weights: a worker that lost its
+    tokenizer's blob gets it back; a seed that lost it fails in the preflight, naming the file."""
+    worker, tokenizer = "sparkfleet-sim-node-2", SNAPSHOT + "/tokenizer.json"
+    blob = node_exec(worker, "readlink", "-f", tokenizer).stdout.strip()
+    assert "/blobs/" in blob
+    node_exec(worker, "rm", "-f", blob, SNAPSHOT + "/modeling_mimo_v2.py")
+    rc, out = deploy()
+    assert rc == 0, out[-4000:]
+    assert "Receive the weights stream" in out
+    for node in NODES:
+        listing = node_exec(node, "sh", "-c", "cd %s && for f in *; do printf '%%s %%s\\n' $f $(sha256sum < $f "
+                                              "| cut -c1-16); done" % SNAPSHOT).stdout
+        assert "tokenizer.json " in listing and "modeling_mimo_v2.py " in listing and "generation_config.json " in \
+            listing, (node, listing)
+        if node == HEAD:
+            seed = listing
+        else:
+            assert listing == seed, node
+    head_blob = node_exec(HEAD, "readlink", "-f", tokenizer).stdout.strip()
+    node_exec(HEAD, "mv", head_blob, "/root/tokenizer.blob")
+    try:
+        rc, out = deploy()
+    finally:
+        node_exec(HEAD, "mv", "/root/tokenizer.blob", head_blob)
+    assert rc != 0
+    assert "tokenizer.json: dangling link to ../../blobs/" in out and "sim-spark-00" in out
+
+
+REPO_DIR = "/root/.cache/huggingface/hub/models--sparkfleet-sim--MiMo-V2.5-Pro-tiny"
+PROGRESS = "/var/tmp/sparkfleet/weights-receive.json"
+
+
+def start_deploy(extra=None):
+    """A deploy in the background, in its own process group (so a test can kill it as a user's ^C would)."""
+    argv = [str(BIN / "ansible-playbook"), "deploy_mimo.yml", "-i", "local"]
+    if extra:
+        argv += ["-e", json.dumps(extra)]
+    return subprocess.Popen(argv, cwd=SITE, env=SITE_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def received_bytes(node):
+    res = node_exec(node, "sh", "-c", "cat %s 2>/dev/null || echo {}" % PROGRESS)
+    try:
+        return json.loads(res.stdout).get("done") or 0
+    except ValueError:
+        return 0
+
+
+def progress_state(node, end):
+    res = node_exec(node, "sh", "-c", "cat /var/tmp/sparkfleet/weights-%s.json 2>/dev/null || echo {}" % end)
+    try:
+        return json.loads(res.stdout).get("state")
+    except ValueError:
+        return None
+
+
+def wait_for(predicate, seconds, what):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError("timed out waiting for " + what)
+
+
+def snapshot_bytes(node):
+    res = node_exec(node, "sh", "-c", "cd %s && cat * | wc -c" % SNAPSHOT)
+    return int(res.stdout.strip())
+
+
+def verified_blobs(node):
+    """The blobs a node's manifest records, with their sizes."""
+    res = node_exec(node, "python3", "-c", "import json, os; m = json.load(open('%s/.sparkfleet-verified.json')); "
+                    "print(json.dumps({b: os.path.getsize('%s/blobs/' + b) for b in m if len(b) in (40, 64)}))"
+                    % (REPO_DIR, REPO_DIR))
+    return json.loads(res.stdout) if res.returncode == 0 else {}
+
+
+def shaped(node, rate):
+    res = node_exec(node, "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", rate, "burst", "32kbit",
+                    "latency", "400ms")
+    assert res.returncode == 0, res.stderr
+
+
+def test_a_killed_distribution_resumes_and_sends_only_what_is_missing():
+    """Two workers lose the weights; the transfer is killed (the play and every module process) once the
+    last node of the chain holds half of the bytes. Nothing is half-published; the next deploy sends only
+    the blobs not yet verified on both, and ends verified."""
+    workers = NODES[2:]
+    total = snapshot_bytes(HEAD)
+    for node in workers:
+        node_exec(node, "rm", "-rf", REPO_DIR, PROGRESS)
+    shaped(HEAD, "2mbit")
+    try:
+        play = start_deploy()
+        wait_for(lambda: received_bytes(workers[-1]) >= total // 2, 300, "half of the weights on " + workers[-1])
+        os.killpg(play.pid, signal.SIGKILL)
+        play.communicate(timeout=30)
+        for node in NODES:
+            node_exec(node, "pkill", "-9", "-f", "weights_")
+    finally:
+        node_exec(HEAD, "tc", "qdisc", "del", "dev", "eth0", "root")
+    held = []
+    for node in workers:
+        assert node_exec(node, "test", "-e", SNAPSHOT).returncode != 0, node  # no snapshot, not half of one
+        held.append(verified_blobs(node))
+    common = set(held[0]) & set(held[1])
+    assert common, held  # the blobs completed before the kill were published and recorded
+    rc, out = deploy()
+    assert rc == 0, out[-4000:]
+    (sent,) = [t for t in run_report(out)["transfers"] if t["what"] == "weights"]
+    missing = total - sum(held[0][b] for b in common)
+    assert missing <= sent["bytes"] < missing + 64 * 1024, (missing, sent, total)
+    print("resent %d of %d bytes (%.0f %%) after a kill at 50 %%" % (sent["bytes"], total, 100 * sent["bytes"] / total))
+    for node in workers:
+        assert node_exec(node, "sh", "-c", "ls -A /root/.cache/huggingface/hub/.sparkfleet-incoming").stdout == ""
+
+
+def test_a_stalled_hop_fails_in_bounded_time_naming_both_ends_and_frees_its_ports():
+    """The middle node of a chain freezes (SIGSTOP) mid-stream: the seed's hop and the next node's hop
+    both fail after weights_stall_timeout, naming both ends; once it wakes, no listener is left."""
+    middle, last = NODES[2], NODES[3]
+    for node in (middle, last):
+        node_exec(node, "rm", "-rf", REPO_DIR, PROGRESS)
+    shaped(HEAD, "2mbit")
+    try:
+        play = start_deploy({"weights_stall_timeout": 5})
+        wait_for(lambda: received_bytes(middle) > 0, 300, "the stream on " + middle)
+        node_exec(middle, "pkill", "-STOP", "-f", "weights_receive")
+        frozen = time.monotonic()
+        # Both hops of the frozen node fail on their own: the seed's sender and the next node's receiver.
+        wait_for(lambda: progress_state(HEAD, "send") == "failed" and progress_state(last, "receive") == "failed",
+                 60, "both hops to fail")
+        took = time.monotonic() - frozen
+    finally:
+        node_exec(middle, "pkill", "-CONT", "-f", "weights_receive")
+        node_exec(HEAD, "tc", "qdisc", "del", "dev", "eth0", "root")
+    out = play.communicate(timeout=300)[0]
+    assert play.returncode != 0
+    assert re.search(r"the hop 172\.29\.0\.10:\d+ -> 172\.29\.0\.12:29401 stalled: the receiver took nothing "
+                     r"for 5s", out), out[-4000:]
+    assert re.search(r"the hop 172\.29\.0\.12:\d+ -> 172\.29\.0\.13:29401 stalled: nothing arrived for 5s", out), \
+        out[-4000:]
+    assert took < 30
+    print("both hops of the frozen node failed %.0f s after it froze" % took)
+    wait_for(lambda: all("29401" not in node_exec(n, "ss", "-ltn").stdout for n in (middle, last)), 60,
+             "the chain's listeners to close")
+    rc, out = deploy()
+    assert rc == 0, out[-4000:]
+
+
+def test_a_disk_that_fills_mid_stream_names_the_node_and_keeps_the_old_snapshot():
+    """Another process fills a worker's disk while its damaged copy is being repaired: the step fails naming
+    the node and the bytes, staging is removed, the old snapshot is as it was; once space is freed, a deploy
+    repairs it."""
+    node, hub = NODES[3], "/root/.cache/huggingface/hub"
+    shard = SNAPSHOT + "/model-00002-of-00004.safetensors"
+    total = snapshot_bytes(HEAD)
+    # The node's cache moves onto a small filesystem of its own: its copy plus room for one more.
+    room = 2 * total + (4 << 20)
+    setup = (f"set -e; cp -a {hub} /root/hub.saved && mount -t tmpfs -o size={room} tmpfs {hub} && "
+             f"cp -a /root/hub.saved/. {hub}/ && f=$(readlink -f {shard}) && truncate -s -64 $f"
+             )
+    res = node_exec(node, "sh", "-c", setup)
+    assert res.returncode == 0, res.stderr
+    listing = "cd %s && ls -l --time-style=+ | sort" % SNAPSHOT
+    before = node_exec(node, "sh", "-c", listing).stdout
+    shaped(HEAD, "2mbit")
+    try:
+        play = start_deploy()
+        wait_for(lambda: received_bytes(node) > 0, 300, "the stream on " + node)
+        node_exec(node, "sh", "-c", "dd if=/dev/zero of=%s/filler bs=1M 2>/dev/null; true" % hub)
+        out = play.communicate(timeout=300)[0]
+        assert play.returncode != 0
+        assert re.search(r"the disk under %s on sim-spark-03 is full: the snapshot needs \d+ bytes, \d+ were free "
+                         r"when the transfer began \(\d+ now\)" % hub, out), out[-4000:]
+        assert node_exec(node, "sh", "-c", listing).stdout == before
+        assert node_exec(node, "sh", "-c", "ls -A %s/.sparkfleet-incoming; ls -A %s/snapshots | grep '^[.]' || true"
+                         % (hub, REPO_DIR)).stdout == ""
+    finally:
+        node_exec(HEAD, "tc", "qdisc", "del", "dev", "eth0", "root")
+        node_exec(node, "sh", "-c", "umount %s; rm -rf /root/hub.saved" % hub)
+    rc, out = deploy()
+    assert rc == 0, out[-4000:]
+
+
+def test_a_seed_of_regular_files_reaches_every_node_as_links():
+    """The head's snapshot is copied over its links (cp -L, as a user might from another machine): the
+    deploy verifies it, ships each file as a blob named by its sha256, and every worker gets the cache
+    layout; then the head's links are put back."""
+    worker = NODES[1]
+    res = node_exec(HEAD, "sh", "-c", f"set -e; cp -aL {SNAPSHOT} /root/snap.copy && mv {SNAPSHOT} /root/snap.links && "
+                                      f"mv /root/snap.copy {SNAPSHOT}")
+    assert res.returncode == 0, res.stderr
+    try:
+        rc, out = deploy()
+        assert rc == 0, out[-4000:]
+        assert "Receive the weights stream" in out
+        links = node_exec(worker, "sh", "-c", "cd %s && for f in *; do readlink $f; done" % SNAPSHOT).stdout.split()
+        assert len(links) == 11 and all(re.fullmatch(r"\.\./\.\./blobs/[0-9a-f]{64}", t) for t in links), links
+    finally:
+        node_exec(HEAD, "sh", "-c", f"rm -rf {SNAPSHOT} && mv /root/snap.links {SNAPSHOT}")
+    rc, out = deploy()
+    assert rc == 0, out[-4000:]
 
 
 def test_an_injected_weights_stream_publishes_nothing():
@@ -197,12 +414,12 @@ def test_an_injected_weights_stream_publishes_nothing():
     and a snapshot whose config.json points at /etc/hostname: refused, nothing is published, and the receiver
     waits on for the real sender (here none comes, so it ends naming what it refused)."""
     node, snap = "sparkfleet-sim-node-1", ("/root/.cache/huggingface/hub/models--sparkfleet-sim--MiMo-V2.5-Pro-tiny/"
-                                           "snapshots/adf62bedb5f84dd6529c6ce75e89f47d9edd7b9d")
+                                           "snapshots/400393c6f85ae44db2ea40b3aaabea3cd7bc3c35")
     listing = "cd %s && ls -l --time-style=+ | sort" % snap
     before = node_exec(node, "sh", "-c", listing).stdout
     assert "config.json -> ../../blobs/" in before
     args = {"hub_dir": "/root/.cache/huggingface/hub", "repo_id": "sparkfleet-sim/MiMo-V2.5-Pro-tiny",
-            "revision": "adf62bedb5f84dd6529c6ce75e89f47d9edd7b9d", "session": "s", "port": 29401,
+            "revision": "400393c6f85ae44db2ea40b3aaabea3cd7bc3c35", "session": "s", "port": 29401,
             "bind_address": "172.29.0.11", "chain_key": secrets.token_hex(24), "timeout": 15}
     receiver = subprocess.Popen([str(BIN / "ansible"), "sim-spark-01", "-i", str(REPO / "inventory/local"), "-m",
                                  "sparkfleet.vllm.weights_receive", "-a", json.dumps(args)], cwd=REPO, env=ENV,
@@ -210,7 +427,7 @@ def test_an_injected_weights_stream_publishes_nothing():
     inject = ("import io, socket, tarfile, time\n"
               "b = io.BytesIO(); t = tarfile.open(fileobj=b, mode='w')\n"
               "i = tarfile.TarInfo('models--sparkfleet-sim--MiMo-V2.5-Pro-tiny/snapshots/"
-              "adf62bedb5f84dd6529c6ce75e89f47d9edd7b9d/config.json')\n"
+              "400393c6f85ae44db2ea40b3aaabea3cd7bc3c35/config.json')\n"
               "i.type, i.linkname = tarfile.SYMTYPE, '/etc/hostname'; t.addfile(i); t.close()\n"
               "for _ in range(100):\n"
               "    try: s = socket.create_connection(('172.29.0.11', 29401)); break\n"
@@ -238,7 +455,7 @@ def test_hostile_inputs_are_all_refused_at_once_before_anything_changes():
                       "sparkfleet_serve_env": {"LD_PRELOAD": "/tmp/evil.so"},
                       "sparkfleet_serve_extra_args": ["--tensor_parallel_size=2"],
                       "sparkfleet_ray_version": "2.60.0'); import os; ('",
-                      "sparkfleet_model_revision": "adf62bedb5f84dd6529c6ce75e89f47d9edd7b9d\n"})
+                      "sparkfleet_model_revision": "400393c6f85ae44db2ea40b3aaabea3cd7bc3c35\n"})
     assert rc != 0
     assert "problem(s) in the deploy's inputs, nothing was changed" in out, out[-4000:]
     for field in ("sparkfleet_tensor_parallel_size: True is a boolean, not an integer",
@@ -291,6 +508,11 @@ def test_canary_secrets_show_nowhere_and_v1_needs_the_key(tmp_path):
         seen[node + " logs"] = node_exec(node, "sh", "-c", "for c in $(docker ps -aq); do docker logs $c 2>&1; "
                                                            "done").stdout
         assert "raylet" in seen[node + " processes"] and '"Env"' in seen[node + " inspect"], node
+        # Serving never asks the Hub: every container the collection runs has HF_HUB_OFFLINE=1.
+        offline = node_exec(node, "sh", "-c", "for c in $(docker ps -q --filter name=sparkfleet-); do docker inspect "
+                                              "--format '{{range .Config.Env}}{{println .}}{{end}}' $c "
+                                              "| grep -c '^HF_HUB_OFFLINE=1$'; done").stdout.split()
+        assert offline and set(offline) == {"1"}, (node, offline)
     for secret in (api_key, ray_token):
         assert [where for where, text in seen.items() if secret in text] == []
     log = node_exec(HEAD, "docker", "logs", "sparkfleet-vllm").stdout
@@ -378,7 +600,7 @@ def test_ray_version_that_does_not_exist_fails_the_build():
 
 
 KIMI = {"sparkfleet_model_repo_id": "sparkfleet-sim/Kimi-K2.5-tiny",
-        "sparkfleet_model_revision": "7b662e36fdd03c02db1a24e82cdc6fae7f1e20b3",
+        "sparkfleet_model_revision": "1991ee6bfcd9fcefe34d6c033b750f9667d814c9",
         # seed 000's bug lives in 0.17-0.24: the WNA16 MoE path binds Marlin whatever --moe-backend says.
         "sparkfleet_base_image": "sparkfleet-sim/vllm-openai:0.21.0", "sparkfleet_vllm_version": "0.21.0"}
 

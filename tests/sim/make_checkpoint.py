@@ -1,7 +1,9 @@
 """Synthetic checkpoints in the real on-disk format, for the simulated cluster.
 
-The files are small but real: ``config.json`` with the quantization_config of the model family,
-``model.safetensors.index.json``, and several safetensors shards, all in the Hugging Face cache layout
+The files are small but real: ``config.json`` with the quantization_config of the model family and the
+``auto_map`` of its remote code, ``model.safetensors.index.json``, several safetensors shards, and what a
+Hub snapshot carries besides (tokenizer, its config with the chat template, generation config, the remote
+code modules), all in the Hugging Face cache layout
 (``models--ORG--NAME/snapshots/<rev>/<file>`` symlinks into ``blobs/``; LFS files are named by sha256,
 small files by their git blob sha1, as the Hub does).
 
@@ -29,6 +31,8 @@ FLAVOURS = {
     "kimi": {
         "repo_id": "sparkfleet-sim/Kimi-K2.5-tiny",
         "architectures": ["KimiK25ForConditionalGeneration"],
+        "remote_code": {"AutoConfig": "configuration_kimi_k25.KimiK25Config",
+                        "AutoModelForCausalLM": "modeling_kimi_k25.KimiK25ForConditionalGeneration"},
         "prefix": "language_model.model.layers",
         "quantization_config": {
             "quant_method": "compressed-tensors",
@@ -46,6 +50,8 @@ FLAVOURS = {
     "mimo": {
         "repo_id": "sparkfleet-sim/MiMo-V2.5-Pro-tiny",
         "architectures": ["MiMoV2ForCausalLM"],
+        "remote_code": {"AutoConfig": "configuration_mimo_v2.MiMoV2Config",
+                        "AutoModelForCausalLM": "modeling_mimo_v2.MiMoV2ForCausalLM"},
         "prefix": "model.layers",
         "quantization_config": {
             "quant_method": "modelopt",
@@ -121,6 +127,27 @@ def git_blob_sha1(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # noqa: S324 (git's object name)
 
 
+def side_files(flavour: str, spec: dict) -> dict[str, bytes]:
+    """What a Hub snapshot carries besides the weights: the tokenizer, its config with the chat template,
+    the generation config and the remote code that ``auto_map`` names (loaded with --trust-remote-code)."""
+    vocab = {tok: i for i, tok in enumerate(["<unk>", "<s>", "</s>", "Paris", "hello", " ", "84"])}
+    tokenizer = {"version": "1.0", "added_tokens": [], "normalizer": None, "pre_tokenizer": {"type": "Whitespace"},
+                 "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}}
+    template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+                "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    out = {
+        "tokenizer.json": json.dumps(tokenizer, indent=2) + "\n",
+        "tokenizer_config.json": json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>",
+                                             "eos_token": "</s>", "chat_template": template}, indent=2) + "\n",
+        "generation_config.json": json.dumps({"bos_token_id": 1, "eos_token_id": 2, "temperature": 0.6}) + "\n",
+    }
+    for entry in spec["remote_code"].values():
+        module, cls = entry.split(".")
+        out[module + ".py"] = (f'"""Remote code of the {flavour} stand-in checkpoint ({cls})."""\n\n\n'
+                               f"class {cls}:\n    pass\n")
+    return {name: text.encode() for name, text in out.items()}
+
+
 def write_checkpoint(dest: Path, flavour: str, shape: dict | None = None, seed: int = 1234) -> dict:
     """Write one checkpoint in HF cache layout under ``dest`` (a ``hub`` directory)."""
     shape = {**DEFAULT_SHAPE, **(shape or {})}
@@ -156,10 +183,12 @@ def write_checkpoint(dest: Path, flavour: str, shape: dict | None = None, seed: 
         "head_dim": shape["head_dim"],
         "n_routed_experts": shape["experts"],
         "quantization_config": spec["quantization_config"],
+        "auto_map": spec["remote_code"],
     }
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     files["config.json"] = (json.dumps(config, indent=2) + "\n").encode()
     files["model.safetensors.index.json"] = (json.dumps(index, indent=2) + "\n").encode()
+    files.update(side_files(flavour, spec))
 
     # The revision is a deterministic stand-in for the Hub's commit hash.
     manifest = hashlib.sha1()  # noqa: S324 (a 40-hex name, not a security hash)
@@ -203,7 +232,7 @@ def write_checkpoint(dest: Path, flavour: str, shape: dict | None = None, seed: 
 def ensure_cached(root: Path, flavour: str, shape: dict | None = None) -> dict:
     """Generate once per (flavour, shape); later calls return the cached copy."""
     shape = {**DEFAULT_SHAPE, **(shape or {})}
-    key = hashlib.sha256(json.dumps([flavour, shape, 2], sort_keys=True).encode()).hexdigest()[:12]
+    key = hashlib.sha256(json.dumps([flavour, shape, 3], sort_keys=True).encode()).hexdigest()[:12]
     where = root / f"{flavour}-{key}"
     done = where / "checkpoint.json"
     if done.exists():

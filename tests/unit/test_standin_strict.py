@@ -85,6 +85,8 @@ def model_dir(tmp_path_factory):
     command line it accepts fails only later, when it looks for the weights (before any Ray)."""
     d = tmp_path_factory.mktemp("model")
     (d / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    (d / "tokenizer.json").write_text('{"version": "1.0"}')
+    (d / "tokenizer_config.json").write_text("{}")
     return d
 
 
@@ -338,3 +340,25 @@ def test_standin_kernel_lines_are_what_verify_reads(recipe, image_site, tmp_path
     verdicts = vllm_logs.verdicts(expected, vllm_logs.parse(log), version)
     assert {v["fact"]: v["status"] for v in verdicts} == {fact: "ok" for fact in expected}, verdicts
     assert garbage is None
+
+
+# ------------------------------------------------------------------------------------ model files
+@pytest.mark.parametrize("lost", ["tokenizer.json", "tokenizer_config.json", "modeling_x.py"])
+def test_standin_fails_like_vllm_when_the_tokenizer_or_remote_code_is_missing(image_site, nvml_dir, tmp_path,
+                                                                              lost):
+    """vLLM's API server loads the remote code that config.json's auto_map names (--trust-remote-code), then
+    the tokenizer, from the model directory; a snapshot whose weights alone arrived fails there."""
+    _unused, site = image_site
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], '
+                                       '"auto_map": {"AutoConfig": "modeling_x.XConfig"}}')
+    for name in ("tokenizer.json", "tokenizer_config.json", "modeling_x.py"):
+        if name != lost:
+            (model / name).write_text("{}" if name.endswith(".json") else "class XConfig: pass\n")
+    res = run_standin(site, "serve", str(model), "--trust-remote-code", nvml=nvml_dir)
+    assert res.returncode == 1
+    if lost == "modeling_x.py":
+        assert f"OSError: {model} does not appear to have a file named modeling_x.py." in res.stderr
+    else:
+        assert f"OSError: Can't load tokenizer for '{model}'." in res.stderr

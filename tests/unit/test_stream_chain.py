@@ -5,6 +5,7 @@ import hashlib
 import os
 import socket
 import threading
+import time
 
 import pytest
 
@@ -20,12 +21,13 @@ def free_port():
         return s.getsockname()[1]
 
 
-def listen(port, results, key=KEY, session="s", sink=None, forward=None, timeout=30):
+def listen(port, results, key=KEY, session="s", sink=None, forward=None, timeout=30, stall=stream_chain.STALL_SECONDS):
     """A receiver in a thread; its result or its error lands in ``results``."""
     def run():
         try:
             results["ok"] = stream_chain.receive(port, session, key, sink or (lambda f: f.read()), forward=forward,
-                                                 bind="127.0.0.1", accept_timeout=timeout, connect_timeout=5)
+                                                 bind="127.0.0.1", accept_timeout=timeout, connect_timeout=5,
+                                                 stall_seconds=stall)
         except stream_chain.ChainError as exc:
             results["error"] = str(exc)
     thread = threading.Thread(target=run)
@@ -61,7 +63,7 @@ def test_three_hop_chain_delivers_identical_bytes(tmp_path):
     assert sent["sha256"] == want and sent["bytes"] == len(payload)
     for i in range(3):
         assert results[i]["ok"]["bytes"] == len(payload) and results[i]["ok"]["sink_ok"], results[i]
-        assert results[i]["ok"]["frames_verified"] == 4
+        assert results[i]["ok"]["frames_verified"] == 5  # four data frames and the end
         assert (tmp_path / f"out{i}.bin").read_bytes() == payload
     assert [r["ok"]["forwarded"] for r in results] == [True, True, False]
 
@@ -262,3 +264,107 @@ def test_a_failing_sink_is_reported_and_the_stream_still_forwarded(tmp_path):
     t1.join(30)
     assert not r0["ok"]["sink_ok"] and "refused member 'x'" in r0["ok"]["sink_output"]
     assert r1["ok"]["bytes"] == 5000000
+
+
+@pytest.mark.parametrize("hostile", ["non-ascii proof", "silent", "slow", "garbage"])
+def test_a_hostile_peer_first_is_refused_and_the_real_sender_still_gets_through(tmp_path, monkeypatch, hostile):
+    """Whatever a peer without the key sends first, however slowly, the receiver refuses it within the
+    handshake's time and then takes the real stream."""
+    monkeypatch.setattr(stream_chain, "HANDSHAKE_SECONDS", 1)
+    port, res = free_port(), {}
+    t = listen(port, res, sink=file_sink(str(tmp_path / "out")))
+    bad = stream_chain._connect("127.0.0.1", port, 30)
+    bad.recv(200)
+    if hostile == "non-ascii proof":
+        bad.sendall(b"SPARKFLEET-CHAIN 2 s " + b"a" * 64 + b" \xff\xff\n")
+    elif hostile == "slow":
+        for _unused in range(3):
+            bad.sendall(b"S")
+            time.sleep(0.5)
+    elif hostile == "garbage":
+        bad.sendall(os.urandom(300) + b"\n")
+    stream_chain.send(["printf", "good"], "127.0.0.1", port, "s", KEY, connect_timeout=30)
+    bad.close()
+    t.join(30)
+    assert res["ok"]["bytes"] == 4 and (tmp_path / "out").read_bytes() == b"good", res
+
+
+def test_data_and_end_frames_never_share_a_tag():
+    tags, other = stream_chain._Tags(KEY, "s", "c"), stream_chain._Tags(KEY, "s", "c")
+    assert tags.frame(b"end" + stream_chain._SEQ.pack(3)) != other.end(3)
+
+
+def test_a_python_producer_is_a_source_and_its_failure_sends_no_end(tmp_path):
+    port, res = free_port(), {}
+    t = listen(port, res)
+    sent = stream_chain.send(lambda out: out.write(b"x" * (2 * 1024 * 1024 + 5)), "127.0.0.1", port, "s", KEY,
+                             connect_timeout=30)
+    t.join(30)
+    assert sent["bytes"] == res["ok"]["bytes"] == 2 * 1024 * 1024 + 5
+
+    def broken(out):
+        out.write(b"y" * 1024 * 1024)
+        raise OSError(28, "No space left on device")
+
+    port, res = free_port(), {}
+    t = listen(port, res)
+    with pytest.raises(stream_chain.ChainError, match="No space left on device"):
+        stream_chain.send(broken, "127.0.0.1", port, "s", KEY, connect_timeout=30)
+    t.join(30)
+    assert "ok" not in res and "ended before its last frame" in res["error"]
+
+
+def test_a_stalled_upstream_fails_the_hop_in_bounded_time_naming_both_ends():
+    port, res = free_port(), {}
+    t = listen(port, res, stall=1)
+    release = threading.Event()
+
+    def stalls(out):
+        out.write(b"z" * (1024 * 1024))
+        out.flush()
+        release.wait(20)  # the seed's disk hangs
+
+    start = time.monotonic()
+    failed = {}
+
+    def send():
+        try:
+            stream_chain.send(stalls, "127.0.0.1", port, "s", KEY, 30)
+        except stream_chain.ChainError as exc:
+            failed["error"] = str(exc)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    t.join(20)
+    release.set()
+    sender.join(20)
+    assert time.monotonic() - start < 10  # (the sender learns of it from the receiver's own report)
+    assert res["error"].startswith("the hop 127.0.0.1:") and "-> 127.0.0.1:%d stalled" % port in res["error"]
+    with socket.socket() as s:  # the listener let go of its port
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+
+
+def test_a_receiver_that_stops_reading_fails_the_sender_in_bounded_time_naming_both_ends():
+    port = free_port()
+    server = socket.socket()
+    server.bind(("127.0.0.1", port))
+    server.listen(1)
+    frozen = {}
+
+    def frozen_receiver():  # proves the key, then reads nothing more (a node paused with SIGSTOP)
+        conn, _peer = server.accept()
+        frozen["conn"] = conn
+        stream_chain._prove(conn, "s", KEY, "sender")
+
+    t = threading.Thread(target=frozen_receiver)
+    t.start()
+    start = time.monotonic()
+    with pytest.raises(stream_chain.ChainError) as err:
+        stream_chain.send(lambda out: out.write(b"q" * (256 * 1024 * 1024)), "127.0.0.1", port, "s", KEY, 30,
+                          stall_seconds=1)
+    assert time.monotonic() - start < 20
+    assert "-> 127.0.0.1:%d stalled: the receiver took nothing for 1s" % port in str(err.value)
+    t.join(5)
+    frozen["conn"].close()
+    server.close()

@@ -1787,6 +1787,33 @@ def create_engine_config(args: argparse.Namespace, parser, source: VllmSource, d
                            "contains a recognized configuration file.\n   - For Hugging Face models: ensure the "
                            "presence of a 'config.json'.")
     source.check_config_values(args, parser)
+    check_model_files(args, model)
+
+
+def check_model_files(args: argparse.Namespace, model: Path) -> None:
+    """What transformers reads from the model directory while vLLM builds its config and its tokenizer, in
+    the API server process on the head: the remote code that config.json's auto_map names (with
+    --trust-remote-code), then the tokenizer. A file missing, or a link to nowhere, ends the server as it
+    ends vLLM's."""
+    config = json.loads((model / "config.json").read_text())
+    if getattr(args, "trust_remote_code", False):
+        for entry in sorted(set((config.get("auto_map") or {}).values())):
+            module = entry.split(".")[0] + ".py"
+            if not (model / module).is_file():
+                raise StartupError("OSError", f"{model} does not appear to have a file named {module}. Checkout "
+                                              f"'https://huggingface.co/{model}/tree/None' for available files.")
+    tokenizer = [name for name in ("tokenizer.json", "tokenizer_config.json") if not (model / name).is_file()]
+    try:
+        if not tokenizer:
+            json.loads((model / "tokenizer.json").read_text())
+    except ValueError:
+        tokenizer = ["tokenizer.json"]
+    if tokenizer:
+        raise StartupError("OSError", f"Can't load tokenizer for '{model}'. If you were trying to load it from "
+                                      "'https://huggingface.co/models', make sure you don't have a local directory "
+                                      f"with the same name. Otherwise, make sure '{model}' is the correct path to a "
+                                      "directory containing all relevant files for a PreTrainedTokenizerFast "
+                                      "tokenizer.")
 
 
 def api_server_failure(exc: StartupError, source: VllmSource) -> None:
@@ -1925,8 +1952,13 @@ WORKER_SPECIFIC_ENV_VARS = {"VLLM_HOST_IP", "VLLM_HOST_PORT", "LOCAL_RANK", "CUD
 
 
 def env_vars_to_copy() -> dict[str, str]:
-    root = os.environ.get("VLLM_CONFIG_ROOT") or os.path.join(os.path.expanduser("~"), ".config", "vllm")
-    path = os.path.join(root, "ray_non_carry_over_env_vars.json")
+    # Where the exclusion list is read: VLLM_CONFIG_ROOT as the release's own envs.py computes it (its
+    # default follows XDG_CONFIG_HOME), so a wrapper that writes the list elsewhere is caught here.
+    source = VllmSource.of_image()
+    envs = source.native_module("vllm.envs") if source is not None else None
+    if envs is None:
+        raise RuntimeError("the image has no vllm/envs.py to read VLLM_CONFIG_ROOT from")
+    path = os.path.join(envs.environment_variables["VLLM_CONFIG_ROOT"](), "ray_non_carry_over_env_vars.json")
     excluded: set[str] = set()
     if os.path.exists(path):
         try:
