@@ -88,13 +88,18 @@ def main():
     finally:
         for i in range(top):
             dexec(i, "tc", "qdisc", "del", "dev", "eth0", "root", check=False)
+    summarise(results, sizes, args.out)
+
+
+def summarise(results, sizes, out):
+    """Add T(N)/T(smallest N) to every run, write the results to ``out`` and print the table."""
     for mode in ("chain", "fanout"):
         base = next(r["transfer_s"] for r in results["runs"] if r["mode"] == mode and r["nodes"] == sizes[0])
         for r in results["runs"]:
             if r["mode"] == mode:
                 r["ratio_to_smallest"] = round(r["transfer_s"] / base, 2)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(results, indent=2) + "\n")
     print(f"\n| N | chain T(N) s | chain T(N)/T({sizes[0]}) | fan-out T(N) s | fan-out T(N)/T({sizes[0]}) |")
     print("|---|---|---|---|---|")
     for n in sizes:

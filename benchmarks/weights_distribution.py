@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO / "tests" / "sim"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 import make_checkpoint
 import simctl
-from image_distribution import dexec, inventory
+from image_distribution import dexec, inventory, summarise
 
 HUB = "/root/bench-hub"
 PROGRESS = "/var/tmp/sparkfleet/weights-receive.json"  # noqa: S108 - on the node, where the module writes it
@@ -110,20 +110,8 @@ def main():
                 dexec(i, "tc", "qdisc", "del", "dev", "eth0", "root", check=False)
             clear_targets(top)
             dexec(0, "rm", "-rf", HUB, check=False)
-    for mode in ("chain", "fanout"):
-        base = next(r["transfer_s"] for r in results["runs"] if r["mode"] == mode and r["nodes"] == sizes[0])
-        for r in results["runs"]:
-            if r["mode"] == mode:
-                r["ratio_to_smallest"] = round(r["transfer_s"] / base, 2)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nsnapshot: {results['snapshot_bytes'] / 2**20:.1f} MiB in {args.layers} shards, egress {args.rate}")
-    print(f"| N | chain T(N) s | chain T(N)/T({sizes[0]}) | fan-out T(N) s | fan-out T(N)/T({sizes[0]}) |")
-    print("|---|---|---|---|---|")
-    for n in sizes:
-        c = next(r for r in results["runs"] if r["mode"] == "chain" and r["nodes"] == n)
-        f = next(r for r in results["runs"] if r["mode"] == "fanout" and r["nodes"] == n)
-        print(f"| {n} | {c['transfer_s']} | {c['ratio_to_smallest']} | {f['transfer_s']} | {f['ratio_to_smallest']} |")
+    summarise(results, sizes, args.out)
     res = results["resume"]
     print(f"\nkilled at {res['killed_at_bytes'] / results['snapshot_bytes']:.0%} on the last node; the resumed run "
           f"sent {res['resent_share']:.1%} of the snapshot again ({res['transfer_s']} s)")

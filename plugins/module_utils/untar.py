@@ -133,15 +133,8 @@ def extract_repo(stream, dest, top, wanted=None, done=None):
     return len(seen)
 
 
-def pack_repo(out, rdir, sdir, revision, files, skip=()):
-    """Write the snapshot ``files`` ({name: blob}, from checkpoint.verify_snapshot on the seed) of
-    ``sdir`` as the tar stream extract_repo reads: the directories, each blob not in ``skip`` once, then a
-    link per file into the blobs. A regular file of a copied snapshot ships as the blob its sha256 names,
-    so every receiver gets the cache layout. Returns (blobs written, bytes of their contents).
-
-    Written with tarfile rather than ``tar -c`` because the stream is assembled, not archived: blobs come
-    from two places and links are made for files that are not links on the seed.
-    """
+def _members(rdir, sdir, revision, files, skip):
+    """The stream's members in order: (TarInfo, the file its bytes come from, or None)."""
     top = os.path.basename(rdir)
     snap = "%s/snapshots/%s" % (top, revision)
     sources = {}
@@ -152,23 +145,52 @@ def pack_repo(out, rdir, sdir, revision, files, skip=()):
     for name in sorted(files):
         parts = name.split("/")[:-1]
         dirs += ["%s/%s" % (snap, "/".join(parts[:i])) for i in range(1, len(parts) + 1)]
+    out = []
+    for d in dict.fromkeys(dirs):
+        info = tarfile.TarInfo(d)
+        info.type, info.mode = tarfile.DIRTYPE, 0o755
+        out.append((info, None))
+    for blob, path in sorted(sources.items()):
+        if blob not in skip:
+            info = tarfile.TarInfo("%s/blobs/%s" % (top, blob))
+            info.size, info.mode = os.path.getsize(path), 0o644
+            out.append((info, path))
+    for name, blob in sorted(files.items()):
+        info = tarfile.TarInfo("%s/%s" % (snap, name))
+        info.type = tarfile.SYMTYPE
+        info.linkname = "../" * (len(name.split("/")) + 1) + "blobs/" + blob
+        out.append((info, None))
+    return out
+
+
+def packed_size(rdir, sdir, revision, files, skip=()):
+    """The exact length of the stream pack_repo writes (headers, padded contents, end and record padding),
+    so a sender's progress can show a true share."""
+    size = 0
+    for info, path in _members(rdir, sdir, revision, files, skip):
+        size += len(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape"))
+        if path is not None:
+            size += -(-info.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+    size += 2 * tarfile.BLOCKSIZE
+    return -(-size // tarfile.RECORDSIZE) * tarfile.RECORDSIZE
+
+
+def pack_repo(out, rdir, sdir, revision, files, skip=()):
+    """Write the snapshot ``files`` ({name: blob}, from checkpoint.verify_snapshot on the seed) of
+    ``sdir`` as the tar stream extract_repo reads: the directories, each blob not in ``skip`` once, then a
+    link per file into the blobs. A regular file of a copied snapshot ships as the blob its sha256 names,
+    so every receiver gets the cache layout. Returns (blobs written, bytes of their contents).
+
+    Written with tarfile rather than ``tar -c`` because the stream is assembled, not archived: blobs come
+    from two places and links are made for files that are not links on the seed.
+    """
     sent = size = 0
     with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-        for d in dict.fromkeys(dirs):
-            info = tarfile.TarInfo(d)
-            info.type, info.mode = tarfile.DIRTYPE, 0o755
-            tar.addfile(info)
-        for blob, path in sorted(sources.items()):
-            if blob in skip:
+        for info, path in _members(rdir, sdir, revision, files, skip):
+            if path is None:
+                tar.addfile(info)
                 continue
             with open(path, "rb") as fh:
-                info = tarfile.TarInfo("%s/blobs/%s" % (top, blob))
-                info.size, info.mode = os.fstat(fh.fileno()).st_size, 0o644
                 tar.addfile(info, fh)
             sent, size = sent + 1, size + info.size
-        for name, blob in sorted(files.items()):
-            info = tarfile.TarInfo("%s/%s" % (snap, name))
-            info.type = tarfile.SYMTYPE
-            info.linkname = "../" * (len(name.split("/")) + 1) + "blobs/" + blob
-            tar.addfile(info)
     return sent, size

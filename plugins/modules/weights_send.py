@@ -80,7 +80,7 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils.stream_chain impor
     send,
     send_argument_spec,
 )
-from ansible_collections.sparkfleet.vllm.plugins.module_utils.untar import pack_repo
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.untar import pack_repo, packed_size
 
 
 def main():
@@ -102,16 +102,14 @@ def main():
                 "; ".join(report["problems"]) or "digest %s, session %s" % (report["digest"], p["session"]))
             progress.fail(msg)
             module.fail_json(msg=msg)
-        rdir, skip = repo_dir(hub, repo), set(p["skip_blobs"]) & set(report["files"].values())
-        sizes = {}
-        for name, blob in report["files"].items():
-            sizes[blob] = os.path.getsize(os.path.join(snapshot_dir(hub, repo, rev), name))
-        to_send = sum(n for b, n in sizes.items() if b not in skip)
+        rdir, sdir = repo_dir(hub, repo), snapshot_dir(hub, repo, rev)
+        skip = set(p["skip_blobs"]) & set(report["files"].values())
+        sizes = {blob: os.path.getsize(os.path.join(sdir, name)) for name, blob in report["files"].items()}
+        to_send = packed_size(rdir, sdir, rev, report["files"], skip)
         packed = {}
 
         def produce(out):
-            packed["count"], packed["bytes"] = pack_repo(out, rdir, snapshot_dir(hub, repo, rev), rev,
-                                                         report["files"], skip)
+            packed["count"], packed["bytes"] = pack_repo(out, rdir, sdir, rev, report["files"], skip)
 
         progress.update(0, phase="connecting to %s" % p["target_host"], total=to_send)
         result = send(produce, p["target_host"], p["port"], p["session"], p["chain_key"], p["timeout"],

@@ -13,8 +13,9 @@ description:
     must be present and resolve (no dangling C(snapshots/) link), every safetensors shard must be framed
     correctly (catches truncation), and every blob's content must hash to its name (sha256 for LFS files,
     git's blob sha1 for small ones; catches bit flips).
-  - Hashes are remembered in a manifest beside the blobs, keyed by size and mtime, so a second run on
-    unchanged files hashes nothing.
+  - Hashes are remembered in a manifest beside the blobs, with each file's size, mtime, ctime and inode, so a
+    second run on unchanged files hashes nothing; O(rehash_before) trusts none recorded before it.
+  - Quantized weights must carry the scales their format needs (compressed-tensors INT4, MXFP8, NVFP4, FP8).
   - One call hashes for at most O(poll_seconds) and returns RV(done); run it with C(until) on RV(done).
   - Fails naming the node, the file and the fault. M(sparkfleet.vllm.weights_info) reports the same findings
     without failing.

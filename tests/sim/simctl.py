@@ -160,11 +160,25 @@ def build_image(client: docker.DockerClient, context: Path, tag: str, buildargs:
     return tag
 
 
+# The weights role's pinned huggingface_hub, which the node image holds already installed (see node/Dockerfile).
+HUB_REQUIREMENTS = HERE.parents[1] / "roles" / "weights" / "files" / "hub-requirements.txt"
+
+
 def ensure_node_image(client: docker.DockerClient) -> str:
     base = ensure_rootfs_image(client)
-    ctx = HERE / "node"
-    tag = "sparkfleet-sim/node:" + digest(base, *(p.read_bytes() for p in sorted(ctx.iterdir())))
-    return build_image(client, ctx, tag, {"BASE": base})
+    src = HERE / "node"
+    inputs = [p.read_bytes() for p in sorted(src.iterdir())] + [HUB_REQUIREMENTS.read_bytes()]
+    tag = "sparkfleet-sim/node:" + digest(base, *inputs)
+    if image_exists(client, tag):
+        return tag
+    with tempfile.TemporaryDirectory(prefix="sim-node-") as tmp:
+        ctx = Path(tmp)
+        for p in src.iterdir():
+            shutil.copy(p, ctx / p.name)
+        shutil.copy(HUB_REQUIREMENTS, ctx / "hub-requirements.txt")
+        # pip inside a container reaches PyPI only with the host's CA bundle.
+        shutil.copy("/etc/ssl/certs/ca-certificates.crt", ctx / "host-ca.crt")
+        return build_image(client, ctx, tag, {"BASE": base})
 
 
 def vllm_wheel(version: str) -> Path:

@@ -119,3 +119,18 @@ def test_a_blob_already_verified_here_is_read_past_not_written(tmp_path):
                  done=lambda blob, path, size: published.append(blob))
     assert published == [GIT] and not (tmp_path / TOP / "blobs" / BLOB).exists()
     assert (tmp_path / TOP / "snapshots" / "rev" / "README.md").read_bytes() == SMALL
+
+
+def test_the_packed_size_is_the_stream_length_exactly(tmp_path):
+    import make_checkpoint
+
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils import checkpoint
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.untar import pack_repo, packed_size
+
+    info = make_checkpoint.write_checkpoint(tmp_path / "hub", "kimi", {"layers": 2, "experts": 2, "shards": 2})
+    rdir = checkpoint.repo_dir(str(tmp_path / "hub"), info["repo_id"])
+    sdir = checkpoint.snapshot_dir(str(tmp_path / "hub"), info["repo_id"], info["revision"])
+    for skip in (set(), {sorted(info["files"].values())[0]}):
+        out = io.BytesIO()
+        pack_repo(out, rdir, sdir, info["revision"], info["files"], skip)
+        assert packed_size(rdir, sdir, info["revision"], info["files"], skip) == len(out.getvalue())
