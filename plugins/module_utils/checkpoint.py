@@ -170,8 +170,11 @@ def check_quantized(sdir, shards):
                 continue
             sshape = [int(d) for d in scale[3].get("shape", [])]
             per_tensor = sshape in ([], [1])
-            if not per_tensor and (len(sshape) != len(shape) or sshape[0] != shape[0] or not sshape[-1]
-                                   or shape[-1] % sshape[-1]):
+            # 2-D block scales (DeepSeek-style FP8: one scale per 128 x 128 block) are whole blocks, the last ragged
+            blocked = len(shape) == len(sshape) == 2 and any(
+                sshape == [-(-shape[0] // b), -(-shape[1] // b)] for b in (64, 128, 256))
+            if not per_tensor and not blocked and (len(sshape) != len(shape) or sshape[0] != shape[0]
+                                                   or not sshape[-1] or shape[-1] % sshape[-1]):
                 problems.append("%s: %s is %s but its scale is %s; they disagree" % (shard, name, shape, sshape))
     return problems
 

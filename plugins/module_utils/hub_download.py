@@ -2,8 +2,9 @@
 """Download one pinned snapshot from the Hugging Face Hub into a node's cache, with huggingface_hub.
 
 ``huggingface_hub`` does the work (its ``snapshot_download`` resolves the file list at the pinned commit,
-resumes each ``.incomplete`` blob with a Range request, and lays the files out as the cache's blobs and
-links); this module only reports its byte progress, names the failures, and keeps the token out of every
+retries a file cut mid-way with a Range request within the run, and lays the files out as the cache's blobs
+and links; since 2.0 a file is written to a temporary named for its process and removed when the run fails,
+so the next run starts that file over and skips only the files it completed); this module only reports its byte progress, names the failures, and keeps the token out of every
 message. It is imported only where the download runs, so nodes that never download need no package.
 """
 
@@ -14,9 +15,10 @@ import json
 import os
 import re
 import shutil
+import threading
 import time
 from urllib.error import HTTPError, URLError
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from ansible.module_utils.urls import open_url
 
@@ -40,6 +42,8 @@ class DownloadError(Exception):
 def _progress_class(report, bars, min_interval=0.5):
     """A tqdm subclass for snapshot_download: silent, it hands the bytes written so far and the total to
     ``report(done, total)``, at most every ``min_interval`` seconds; the bars made are added to ``bars``."""
+    lock = threading.Lock()  # snapshot_download updates one bar from its worker threads
+
     class Reported(tqdm):
         def __init__(self, *args, **kwargs):
             kwargs.pop("name", None)
@@ -50,10 +54,11 @@ def _progress_class(report, bars, min_interval=0.5):
             super().__init__(*args, **kwargs)
 
         def update(self, n=1):
-            out = super().update(n)
-            if self._bytes and time.monotonic() - self._last >= min_interval:
-                self._last = time.monotonic()
-                report(int(self.n), int(self.total or 0))
+            with lock:
+                out = super().update(n)
+                if self._bytes and time.monotonic() - self._last >= min_interval:
+                    self._last = time.monotonic()
+                    report(int(self.n), int(self.total or 0))
             return out
 
         def close(self):
@@ -121,11 +126,13 @@ def hub_listing(endpoint, repo_id, revision, token=None, timeout=30):
     listing snapshot_download fetches), following its pagination. Needs only the standard library and
     Ansible's ``open_url``, so the preflight can ask before anything is installed."""
     url = "%s/api/models/%s/tree/%s?recursive=true" % (endpoint.rstrip("/"), repo_id, quote(revision, safe=""))
+    origin = urlsplit(url)[:2]
     headers = {"Authorization": "Bearer %s" % token} if token else {}
     files = {}
     while url:
         try:
-            resp = open_url(url, headers=headers, timeout=timeout, validate_certs=True)
+            # No redirects, and pages only from the endpoint's own origin: the token goes nowhere else.
+            resp = open_url(url, headers=headers, timeout=timeout, validate_certs=True, follow_redirects="none")
             entries, link = json.loads(resp.read().decode()), resp.headers.get("Link") or ""
         except HTTPError as exc:
             code = exc.headers.get("X-Error-Code") if exc.headers else None
@@ -146,6 +153,9 @@ def hub_listing(endpoint, repo_id, revision, token=None, timeout=30):
                 files[entry["path"]] = int((entry.get("lfs") or {}).get("size") or entry.get("size") or 0)
         nxt = re.search(r'<([^>]+)>;\s*rel="next"', link)
         url = nxt.group(1) if nxt else None
+        if url and urlsplit(url)[:2] != origin:
+            raise DownloadError("%s sent the next page of %s at another origin (%s); refused, the token goes only "
+                                "to sparkfleet_hf_endpoint" % (endpoint, repo_id, "%s://%s" % urlsplit(url)[:2]))
     return files
 
 

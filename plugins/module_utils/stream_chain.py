@@ -355,7 +355,9 @@ def _relay(conn, who, me, session, key, challenge, sink, forward, connect_timeou
     down, forward_error = None, None
     if forward:
         try:
-            down = _Outgoing(forward[0], forward[1], session, key, connect_timeout, stall)
+            # Nothing is read from upstream while this connects: bounded well inside the upstream's stall
+            # timeout, so a dead next node is this node's forward error, not the upstream hop's stall.
+            down = _Outgoing(forward[0], forward[1], session, key, min(connect_timeout, max(1, stall // 2)), stall)
         except (OSError, ChainError) as exc:
             forward_error = str(exc)
     # The local sink reads from a bounded queue in its own thread, so a slow sink here does not hold back
@@ -509,6 +511,7 @@ def _send(source, host, port, session, key, connect_timeout, progress, stall):
     finally:
         out.close()
         if callable(source):
+            src.kill()  # closes the read end: a producer still writing gets a broken pipe and ends
             src.wait()
     return {"bytes": total, "sha256": digest.hexdigest(), "seconds": round(time.monotonic() - start, 3)}
 

@@ -39,6 +39,13 @@ options:
     description: Size of the snapshot, for the free-disk check.
     type: int
     default: 0
+  blobs:
+    description:
+      - The blob names of the seed's snapshot. Only these, already verified here, count against the bytes the
+        free-disk check asks for (blobs of other revisions do not).
+    type: list
+    elements: str
+    default: []
   node:
     description: This node's name in messages (the inventory name); its hostname when empty.
     type: str
@@ -145,7 +152,8 @@ def swap_in(new, final):
 def main():
     module = AnsibleModule(
         argument_spec=dict(receive_argument_spec(29401), **SNAPSHOT_ARGS, session=dict(type="str", required=True),
-                           total_bytes=dict(type="int", default=0), node=dict(type="str", default="")),
+                           total_bytes=dict(type="int", default=0), node=dict(type="str", default=""),
+                           blobs=dict(type="list", elements="str", default=[])),
         supports_check_mode=True,
     )
     p = module.params
@@ -170,7 +178,8 @@ def main():
         before = verify_snapshot(hub, repo, rev, hash_blobs=False, use_manifest=False,
                                  allow_files=True).get("files") or {}
         have = valid_entries(rdir)
-        held = sum(e["stamp"][0] for e in have.values())
+        wanted_blobs = set(p["blobs"])
+        held = sum(e["stamp"][0] for b, e in have.items() if b in wanted_blobs)
         free = shutil.disk_usage(hub).free
         need = int(max(0, p["total_bytes"] - held) * 1.05)
         if p["total_bytes"] and free < need:

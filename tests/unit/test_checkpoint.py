@@ -414,3 +414,22 @@ def test_an_mxfp8_weight_needs_its_scale(tmp_path):
     weight = tensor[:-len("_scale_inv")]
     assert [p for p in report["problems"] if p.startswith("%s: %s is " % (shard, weight)) and " without " in p], \
         report["problems"]
+
+
+def test_block_scaled_fp8_weights_pass_and_a_wrong_block_count_does_not(tmp_path):
+    import struct
+
+    def shard(scale_shape):
+        tensors = {"m.weight": ("F8_E4M3", [300, 256]), "m.weight_scale_inv": ("F32", scale_shape)}
+        header, offset = {}, 0
+        for name, (dtype, shape) in tensors.items():
+            n = (shape[0] * shape[1] * checkpoint.DTYPE_BITS[dtype]) // 8
+            header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
+            offset += n
+        raw = json.dumps(header).encode()
+        path = tmp_path / ("s-%d-%d.safetensors" % tuple(scale_shape))
+        path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(offset))
+        return path.name
+
+    assert checkpoint.check_quantized(str(tmp_path), [shard([3, 2])]) == []  # ceil(300/128) x 256/128
+    assert checkpoint.check_quantized(str(tmp_path), [shard([2, 2])])  # one block row short

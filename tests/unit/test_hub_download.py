@@ -129,3 +129,18 @@ def test_the_module_plans_downloads_and_then_changes_nothing(hub, tmp_path):
     assert TOKEN not in repr(res) + repr(plan) + (tmp_path / "progress.json").read_text()
     rc, bad = run(weights_download, dict(args, token="hf_wrong_" + "w" * 30, hub_dir=str(tmp_path / "other")))
     assert rc == 1 and "the token was refused" in bad["msg"] and "hf_wrong_" not in bad["msg"], bad
+
+
+def test_the_token_is_not_sent_to_another_origin(monkeypatch):
+    class Page:
+        def __init__(self):
+            self.headers = {"Link": '<http://elsewhere.example/api/models/o/n/tree/x?cursor=2>; rel="next"'}
+
+        def read(self):
+            return b"[]"
+
+    seen = []
+    monkeypatch.setattr(hub_download, "open_url", lambda url, **kw: seen.append((url, kw)) or Page())
+    with pytest.raises(hub_download.DownloadError, match="at another origin"):
+        hub_download.hub_listing("https://hub.example", "o/n", "x" * 40, token=TOKEN)
+    assert len(seen) == 1 and seen[0][1]["follow_redirects"] == "none"

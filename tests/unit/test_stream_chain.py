@@ -368,3 +368,26 @@ def test_a_receiver_that_stops_reading_fails_the_sender_in_bounded_time_naming_b
     t.join(5)
     frozen["conn"].close()
     server.close()
+
+
+def test_a_dead_next_node_is_this_nodes_forward_error_not_a_stall_upstream():
+    """The next node never listens: this node gives up on it within half the stall timeout, keeps reading
+    its upstream, stores the stream and reports the forward error; the upstream hop does not stall."""
+    port, res = free_port(), {}
+    dead = free_port()
+
+    def run():
+        try:
+            res["ok"] = stream_chain.receive(port, "s", KEY, lambda f: len(f.read()), forward=("127.0.0.1", dead),
+                                             bind="127.0.0.1", accept_timeout=30, connect_timeout=60,
+                                             stall_seconds=4)
+        except stream_chain.ChainError as exc:
+            res["error"] = str(exc)
+
+    t = threading.Thread(target=run)
+    t.start()
+    sent = stream_chain.send(lambda out: out.write(b"d" * (64 * 1024 * 1024)), "127.0.0.1", port, "s", KEY, 30,
+                             stall_seconds=4)
+    t.join(60)
+    assert sent["bytes"] == 64 * 1024 * 1024, sent
+    assert res["ok"]["sink_output"] == str(64 * 1024 * 1024) and res["ok"]["forward_error"], res
