@@ -61,7 +61,7 @@ sanity: deps
 	$(BIN)/python tests/tools/sanity.py
 
 test: deps host lint sanity
-	$(BIN)/pytest -q -p no:cacheprovider tests
+	$(BIN)/pytest -q -p no:cacheprovider --durations=20 tests
 
 bench: deps host
 	$(BIN)/python benchmarks/image_distribution.py

@@ -1,11 +1,12 @@
 # Copyright: sparkfleet maintainers. MIT License (see LICENSE).
 """Download one pinned snapshot from the Hugging Face Hub into a node's cache, with huggingface_hub.
 
-``huggingface_hub`` does the work (its ``snapshot_download`` resolves the file list at the pinned commit,
+``huggingface_hub`` does the work: its ``snapshot_download`` resolves the file list at the pinned commit,
 retries a file cut mid-way with a Range request within the run, and lays the files out as the cache's blobs
-and links; since 2.0 a file is written to a temporary named for its process and removed when the run fails,
-so the next run starts that file over and skips only the files it completed); this module only reports its byte progress, names the failures, and keeps the token out of every
-message. It is imported only where the download runs, so nodes that never download need no package.
+and links. Since 2.0 a file is written to a temporary named for its process and removed when the run fails,
+so the next run starts that file over and skips only the files it completed. This module only reports its
+byte progress, names the failures, and keeps the token out of every message. It is imported only where the
+download runs, so nodes that never download need no package.
 """
 
 from __future__ import annotations

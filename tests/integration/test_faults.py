@@ -411,44 +411,52 @@ def test_a_seed_of_regular_files_reaches_every_node_as_links():
     assert rc == 0, out[-4000:]
 
 
-def test_weights_from_the_hub_are_downloaded_on_the_head_resumed_after_a_cut_and_spread(tmp_path):
-    """The head has no copy; the weights come from a Hub (the stand-in, reached by the real huggingface_hub
-    through its HF_ENDPOINT) with a token. The first deploy loses its link to the Hub a third of the way in
-    and fails saying the next run resumes; the next downloads only the files it lacks, verifies them, and
-    ends coherent. The token shows nowhere."""
+def test_weights_from_the_hub_are_downloaded_on_the_named_seed_resumed_after_a_cut_and_spread(tmp_path):
+    """Neither the head nor the worker the inventory names as the weights' seed (sparkfleet_weights_seed_node)
+    has a copy; the weights come from a Hub (the stand-in, reached by the real huggingface_hub through its
+    HF_ENDPOINT) with a token. The first deploy loses its link to the Hub a third of the way in and fails
+    saying the next run resumes; the next downloads, on the seed alone, only the files it lacks, verifies them,
+    and the chain carries them from the seed to the head; it ends coherent. The token shows nowhere."""
     sys.path.insert(0, str(REPO / "tests" / "sim"))
     import make_checkpoint
     import simctl
     from hub_server import HubServer
 
+    seed = "sparkfleet-sim-node-1"
     info = make_checkpoint.ensure_cached(simctl.CACHE / "checkpoints", "mimo")
     token = "hf_canary_" + secrets.token_hex(16)
     server = HubServer(info["hub_dir"], token=token, host=simctl.GATEWAY).start()
-    hub = {"sparkfleet_weights_source": "hub", "sparkfleet_hf_endpoint": server.url, "sparkfleet_hf_token": token}
+    hub = {"sparkfleet_weights_source": "hub", "sparkfleet_hf_endpoint": server.url, "sparkfleet_hf_token": token,
+           "sparkfleet_weights_seed_node": "sim-spark-01"}
     total = snapshot_bytes(HEAD)
-    node_exec(HEAD, "mv", REPO_DIR, "/root/repo.saved")
+    saved = "cd /root/repo.saved/snapshots/%s && sha256sum * | sort" % SNAPSHOT.rsplit("/", 1)[1]
+    for node in (HEAD, seed):
+        node_exec(node, "mv", REPO_DIR, "/root/repo.saved")
     try:
         server.cut_after = total // 3
         rc, cut = deploy(hub)
         server.down = False
         assert rc != 0 and "the next run resumes what was received" in cut, cut[-4000:]
-        assert "the head lacks 11 (0.01 GiB), downloaded by the weights role" in cut
+        assert "sim-spark-01 lacks 11 (0.01 GiB), downloaded by the weights role" in cut, cut[-4000:]
+        assert node_exec(HEAD, "test", "-e", REPO_DIR).returncode != 0  # nothing was downloaded on the head
         first, server.bytes_served = server.bytes_served, 0
         rc, out = deploy(hub, args=("-vvv",))  # the token must not show even at -vvv
         assert rc == 0, out[-4000:]
         assert first + server.bytes_served < total + 4 * 2**20, (first, server.bytes_served, total)
         print("download: %d bytes before the cut, %d after, of %d" % (first, server.bytes_served, total))
-        assert node_exec(HEAD, "sh", "-c", "cd %s && sha256sum * | sort" % SNAPSHOT).stdout == node_exec(
-            HEAD, "sh", "-c", "cd /root/repo.saved/snapshots/%s && sha256sum * | sort" % SNAPSHOT.rsplit("/", 1)[1]
-        ).stdout
+        assert "Receive the weights stream" in out
+        for node in (seed, HEAD):  # downloaded on the seed, carried to the head by the chain
+            got = node_exec(node, "sh", "-c", "cd %s && sha256sum * | sort" % SNAPSHOT).stdout
+            assert got and got == node_exec(node, "sh", "-c", saved).stdout, node
         assert token not in cut and token not in out
         for node in NODES:
             assert token not in node_exec(node, "sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '; "
                                                             "docker inspect $(docker ps -aq)").stdout
     finally:
         server.stop()
-        restore = f"test -e {REPO_DIR} || mv /root/repo.saved {REPO_DIR}; rm -rf /root/repo.saved"
-        node_exec(HEAD, "sh", "-c", restore)
+        for node in (HEAD, seed):
+            node_exec(node, "sh", "-c", f"test -e {REPO_DIR} || mv /root/repo.saved {REPO_DIR}; "
+                                        "rm -rf /root/repo.saved")
 
 
 def test_an_injected_weights_stream_publishes_nothing():
@@ -516,6 +524,16 @@ def test_bad_topology_fails_before_touching_a_node():
     assert rc != 0
     assert "3 x 1 = 3 ranks, but the inventory has 4 GPUs on 4 nodes" in out
     assert started_at(HEAD, "sparkfleet-vllm") == before
+
+
+def test_a_weights_seed_outside_the_cluster_is_refused_before_anything_changes():
+    before = cluster_state()
+    rc, out = deploy({"sparkfleet_weights_seed_node": "spark-99"})
+    assert rc != 0
+    said = ('sparkfleet_weights_seed_node is "spark-99", which is not a node of this cluster; fix: name one of '
+            "sim-spark-00, sim-spark-01, sim-spark-02, sim-spark-03, or leave it unset for the head")
+    assert said in out, out[-3000:]
+    assert cluster_state() == before
 
 
 def test_missing_base_image_fails_on_the_head_only():
