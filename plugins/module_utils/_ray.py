@@ -72,9 +72,11 @@ def start_argv(role, node_ip, port, head_ip=None, num_gpus=None, num_cpus=None, 
     return argv
 
 
-def nodes(container):
-    """The cluster's node table as seen from this container."""
-    return _docker.exec_json(container, ["python3", "-c", NODES_SNIPPET])
+def nodes(container, timeout=None):
+    """The cluster's node table as seen from this container; with ``timeout``, a GCS that does not answer
+    within that many seconds fails the read (coreutils' timeout ends the client) instead of hanging it."""
+    argv = ["python3", "-c", NODES_SNIPPET]
+    return _docker.exec_json(container, ["timeout", str(int(timeout))] + argv if timeout else argv)
 
 
 def node_alive(table, ip):

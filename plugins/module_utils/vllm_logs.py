@@ -145,6 +145,7 @@ PATTERNS = {
     "app_started": re.compile(r"Application startup complete\."),
     "pg_waiting": re.compile(r"Waiting for creating a placement group of specs for (\d+) seconds"),
     "worker_died": re.compile(r"RayWorkerProc rank=(\d+) died unexpectedly"),
+    "rank_assigned": re.compile(r"^rank (\d+) in world size \d+ is assigned as "),
     "engine_failed": re.compile(r"Engine core initialization failed|EngineCore failed to start(.*)"),
     "ray_placement": re.compile(r"No current placement group found|Using the existing placement group|"
                                 r"Waiting for creating a placement group"),
@@ -306,6 +307,8 @@ FACTS = ("moe_backend", "attention_backend", "kv_cache_dtype", "quantization", "
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _HEAD = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] ")
 _PROC = re.compile(r"^(?:\([^()]*\bpid=\d+[^()]*\)\s*)+")
+# Ray's prefix on a worker's line names the node it runs on: "(RayWorkerProc pid=123, ip=10.0.0.2)".
+_RAY_IP = re.compile(r"^\([^()]*\bpid=\d+, ip=([0-9A-Fa-f.:]+)")
 
 
 def _release_tuple(version):
@@ -342,6 +345,7 @@ class LogReader:
     def __init__(self, state=None):
         state = state or {}
         self.raw = state.get("raw") or {"phases": [], "errors": [], "moe_backend": None}
+        self.raw.setdefault("rank_ips", {})
         self.hits = state.get("hits") or {}
         self.order = state.get("order", 0)
         self.partial = state.get("partial", "")
@@ -380,7 +384,12 @@ class LogReader:
             elif key == "pg_waiting":
                 facts["pg_waiting_s"] = int(m.group(1))
             elif key == "worker_died":
-                facts["errors"].append("Ray worker rank %s died" % m.group(1))
+                ip = facts["rank_ips"].get(m.group(1))
+                facts["errors"].append("Ray worker rank %s died%s" % (m.group(1), " (on %s)" % ip if ip else ""))
+            elif key == "rank_assigned":
+                ip = _RAY_IP.match(_ANSI.sub("", line))
+                if ip:
+                    facts["rank_ips"][m.group(1)] = ip.group(1)
             elif key == "engine_failed":
                 facts["errors"].append(body.strip())
             elif key == "shards":
@@ -398,7 +407,8 @@ class LogReader:
 
     def facts(self):
         """The facts of every line read so far (parse()'s result)."""
-        facts = dict(self.raw, phases=list(self.raw["phases"]), errors=list(self.raw["errors"]))
+        facts = dict(self.raw, phases=list(self.raw["phases"]), errors=list(self.raw["errors"]),
+                     rank_ips=dict(self.raw["rank_ips"]))
         hits = dict(self.hits)
         # From 0.27 the WNA16 method no longer is the kernel: it asks the oracle, which may bind Marlin. Its
         # name says nothing about the backend there, so it never stands in for the oracle's line.

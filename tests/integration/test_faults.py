@@ -688,6 +688,71 @@ def test_back_to_mimo():
     assert rc == 0, out[-4000:]
 
 
+def status():
+    """`cd site && ansible-playbook status.yml -i local`: (rc, the judgement's failure line or '', output)."""
+    rc, out = deploy(playbook="status.yml")
+    failed = [line for line in out.splitlines() if line.startswith("failed: localhost, task 'Name every node")]
+    return rc, (failed[0] if failed else ""), out
+
+
+def status_until(predicate, seconds, what):
+    end, last = time.monotonic() + seconds, None
+    while time.monotonic() < end:
+        last = status()
+        if predicate(last):
+            return last, seconds - (end - time.monotonic())
+        time.sleep(3)
+    raise AssertionError("status never showed %s in %d s; last: %s" % (what, seconds, last and last[2][-3000:]))
+
+
+def test_a_worker_lost_after_serving_is_named_by_status_and_healed_by_the_next_deploy():
+    """Seed 004's health check kept a killed worker "alive" for hours, so the next deploy's gate saw 5 nodes of
+    4 and only a teardown healed it. Now Ray drops it in seconds, status names it, and the deploy heals it in
+    place: the other nodes' Ray containers are not restarted."""
+    rc, said, out = status()
+    assert rc == 0 and "endpoint: serving" in out, out[-3000:]
+    kept = {node: started_at(node, "sparkfleet-ray") for node in NODES if node != "sparkfleet-sim-node-2"}
+    node_exec("sparkfleet-sim-node-2", "docker", "kill", "sparkfleet-ray")
+    (rc, said, out), waited = status_until(lambda r: "Ray lists it dead" in r[1], 60, "sim-spark-02 dead in Ray")
+    print("Ray listed the killed worker dead within %.0f s" % waited)
+    assert rc != 0
+    assert re.search(r"sim-spark-02 \(172\.29\.0\.12\): its Ray container sparkfleet-ray exited \(exit 137, "
+                     r"since [0-9T:-]+Z\); Ray lists it dead", said), said
+    # The engine died with its rank there, and the rank's node is named.
+    assert re.search(r"sim-spark-00 \(172\.29\.0\.10, the Ray head\): vllm serve exited \(exit 1, since [^)]*\), "
+                     r"its log: Ray worker rank \d died \(on sim-spark-02, 172\.29\.0\.12\)", said), said
+    assert "run the deploy again" in said
+    rc, out = deploy()
+    assert rc == 0, out[-4000:]
+    assert "Paris" in out
+    assert {node: started_at(node, "sparkfleet-ray") for node in kept} == kept
+    assert run_report(out)["nodes"]["sim-spark-00"]["ray"].startswith("head; cluster 4 nodes alive")
+    rc, said, out = status()
+    assert rc == 0 and said == "" and "endpoint: serving" in out, out[-3000:]
+
+
+def test_a_head_paused_past_a_minute_is_named_and_the_next_deploy_heals_it():
+    """The head's Ray stalled for 70 s: while it is stalled, status names the head and its paused Ray; after,
+    the engine has lost its rank on the head (the stand-in's rank pings time out after 60 s, as vLLM's Ray
+    executor loses a rank) and status names the head as that rank's node. The next deploy heals it."""
+    node_exec(HEAD, "docker", "pause", "sparkfleet-ray")
+    try:
+        rc, said, out = status()
+        assert rc != 0
+        assert "sim-spark-00 (172.29.0.10, the Ray head): its Ray container sparkfleet-ray paused" in said, said
+        time.sleep(70)
+    finally:
+        node_exec(HEAD, "docker", "unpause", "sparkfleet-ray")
+    (rc, said, out), _waited = status_until(lambda r: "vllm serve exited" in r[1], 60, "the server's end")
+    assert re.search(r"sim-spark-00 \(172\.29\.0\.10, the Ray head\): vllm serve exited \(exit 1, since [^)]*\), "
+                     r"its log: Ray worker rank \d died \(on sim-spark-00, 172\.29\.0\.10\)", said), said
+    rc, out = deploy()
+    assert rc == 0, out[-4000:]
+    assert "Paris" in out
+    rc, said, out = status()
+    assert rc == 0, out[-3000:]
+
+
 def test_second_run_changes_nothing():
     rc, out = deploy()
     assert rc == 0

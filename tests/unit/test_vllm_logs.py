@@ -534,3 +534,32 @@ def test_errors_are_collected(release):
     assert any("Ray worker rank 7 died" in e for e in errors)
     assert any("EngineCore failed to start" in e for e in errors)
     assert any("Engine core initialization failed" in e for e in errors)
+
+
+@pytest.mark.parametrize("release", vl.between("0.20.0", "0.34.0"))
+def test_a_lost_rank_is_named_by_the_node_ray_ran_it_on(release):
+    """Ray's prefix on a worker's line names its node; the rank line says which rank that worker is, so the
+    death of rank 2 names 10.0.0.12, and a rank whose line was not seen names no node."""
+    etp = ", ETP rank 0" if vl.vt(release) >= (0, 34, 0) else ""  # VLLM-LOG-LINES.md: 0.34 adds ETP
+    body = ("rank 2 in world size 4 is assigned as DP rank 0, PP rank 0, PCP rank 0, TP rank 2%s, EP rank 2, "
+            "EPLB rank 0" % etp)
+    rank = vl.wrap(release, "info", "distributed/parallel_state.py", body)
+    log = "\n".join([
+        "\x1b[36m(RayWorkerProc pid=812, ip=10.0.0.12)\x1b[0m " + rank,
+        phase_line(release, "RayWorkerProc rank=%s died unexpectedly", (2,)),
+        phase_line(release, "RayWorkerProc rank=%s died unexpectedly", (3,)),
+    ])
+    facts = parse(log)
+    assert facts["rank_ips"] == {"2": "10.0.0.12"}
+    assert facts["errors"][:2] == ["Ray worker rank 2 died (on 10.0.0.12)", "Ray worker rank 3 died"]
+    # Fed piece by piece, as the boot follower does, the map survives between polls.
+    reader = vl_reader(log)
+    assert reader.facts()["rank_ips"] == {"2": "10.0.0.12"}
+
+
+def vl_reader(log):
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils.vllm_logs import LogReader
+    state = None
+    for line in log.splitlines(keepends=True):
+        state = LogReader(state).feed(line + ("" if line.endswith("\n") else "\n")).state()
+    return LogReader(state)
