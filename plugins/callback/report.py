@@ -27,6 +27,19 @@ options:
     ini:
       - section: sparkfleet
         key: report_dir
+  diagnose_on_failure:
+    description:
+      - When a deploy fails on a node, run the C(sparkfleet.vllm.diagnose) playbook with the same inventory,
+        extra vars, user, key and vault options, and print the path of its tarball (which holds this run's
+        report). A failure on the controller alone (validation) touches no node and collects nothing.
+      - Only plays that set C(sparkfleet_diagnose_on_failure) (every play of the deploy does) count as a deploy.
+    type: bool
+    default: true
+    env:
+      - name: SPARKFLEET_DIAGNOSE_ON_FAILURE
+    ini:
+      - section: sparkfleet
+        key: diagnose_on_failure
 author:
   - sparkfleet maintainers (!UNKNOWN)
 """
@@ -34,7 +47,11 @@ author:
 import datetime
 import json
 import os
+import re
+import subprocess
+import sys
 
+from ansible import context
 from ansible.plugins.callback import CallbackBase
 
 # The collection's modules whose results the report reads.
@@ -70,11 +87,16 @@ class CallbackModule(CallbackBase):
         super().__init__()
         self.started = datetime.datetime.now(datetime.timezone.utc)
         self.playbook = None
+        self.deploy = False
         self.nodes, self.endpoints, self.transfers, self.failures = {}, {}, [], []
 
     # -------------------------------------------------------------------------------- while it goes
     def v2_playbook_on_start(self, playbook):
         self.playbook = os.path.basename(playbook._file_name)
+
+    def v2_playbook_on_play_start(self, play):
+        if play.vars.get("sparkfleet_diagnose_on_failure") is True:
+            self.deploy = True
 
     def v2_runner_retry(self, result):
         line = result._result.get("progress")
@@ -159,6 +181,42 @@ class CallbackModule(CallbackBase):
             self._display.display("sparkfleet report: %s" % path)
         except OSError as exc:
             self._display.warning("sparkfleet report: could not write it to %s: %s" % (directory, exc))
+            path = None
+        on_nodes = any(f["host"] != "localhost" for f in self.failures)
+        if failed and on_nodes and self.deploy and self.get_option("diagnose_on_failure") \
+                and not context.CLIARGS.get("check"):
+            self._diagnose(path)
+
+    def _diagnose(self, report_path):
+        """Run the diagnose playbook as this run was run (its own process: a callback cannot run plays)."""
+        args = context.CLIARGS
+        argv = [sys.argv[0], "sparkfleet.vllm.diagnose"]
+        for inventory in args.get("inventory") or ():
+            argv += ["-i", inventory]
+        for extra in args.get("extra_vars") or ():
+            argv += ["-e", extra]
+        for flag, key in (("--private-key", "private_key_file"), ("-u", "remote_user"), ("-c", "connection")):
+            if args.get(key):
+                argv += [flag, str(args[key])]
+        for vault_id in args.get("vault_ids") or ():
+            argv += ["--vault-id", vault_id]
+        for vault_file in args.get("vault_password_files") or ():
+            argv += ["--vault-password-file", vault_file]
+        if args.get("become"):
+            argv += ["--become"]
+        env = dict(os.environ, SPARKFLEET_DIAGNOSE_ON_FAILURE="0", SPARKFLEET_DIAGNOSE_REPORT=report_path or "")
+        self._display.display("sparkfleet: the deploy failed on a node; collecting diagnostics from every node")
+        try:
+            res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            self._display.warning("sparkfleet diagnostics: %s" % exc)
+            return
+        said = re.findall(r"sparkfleet diagnostics: (\S+\.tar\.gz)", res.stdout)
+        if res.returncode == 0 and said:
+            self._display.display("sparkfleet diagnostics: %s" % said[-1])
+        else:
+            self._display.warning("sparkfleet diagnostics failed (%s): %s"
+                                  % (" ".join(argv[:2]), (res.stdout + res.stderr)[-1500:]))
 
     def _table(self, report):
         show = self._display.display

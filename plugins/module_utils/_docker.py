@@ -167,6 +167,13 @@ def remove(cli, name):
     return True
 
 
+def remove_image(cli, image_id, what):
+    try:
+        cli.images.remove(image_id, force=True)
+    except APIError as exc:
+        raise DockerFailure("removing image %s: %s" % (what, exc)) from exc
+
+
 def exec_json(container, argv, env=None):
     """Run argv in a container and parse its stdout as JSON; stderr goes into the failure."""
     res = container.exec_run(argv, demux=True, environment=env)

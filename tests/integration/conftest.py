@@ -18,6 +18,8 @@ SITE = REPO / "site"
 SITE_ENV = dict(ENV, ANSIBLE_CONFIG=str(SITE / "ansible.cfg"))
 REPORTS = REPO / "tests" / "output" / "reports"
 ENV["SPARKFLEET_REPORT_DIR"] = SITE_ENV["SPARKFLEET_REPORT_DIR"] = str(REPORTS)
+# A failed deploy collects diagnostics from every node (seconds each); one test keeps that default on.
+ENV["SPARKFLEET_DIAGNOSE_ON_FAILURE"] = SITE_ENV["SPARKFLEET_DIAGNOSE_ON_FAILURE"] = "0"
 HEAD = "sparkfleet-sim-node-0"
 
 

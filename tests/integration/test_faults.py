@@ -10,6 +10,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -28,12 +29,35 @@ def started_at(node, container):
     return res.stdout.strip()
 
 
-def test_degenerate_output_fails_at_verify():
-    """Seed 000: healthy /health and /v1/models, then "foss foss foss"."""
-    rc, out = deploy(fault("degenerate"))
+def test_degenerate_output_fails_at_verify_and_the_diagnostics_hold_every_node_without_a_secret(tmp_path):
+    """Seed 000: healthy /health and /v1/models, then "foss foss foss". The failed deploy collects diagnostics
+    by itself (the default, on here): one tarball with every node's files, the run's report, and no secret."""
+    env = {k: v for k, v in SITE_ENV.items() if k != "SPARKFLEET_DIAGNOSE_ON_FAILURE"}
+    rc, out = deploy(dict(fault("degenerate"), sparkfleet_diagnostics_dir=str(tmp_path)), env=env)
     assert rc != 0
     assert "is not proven coherent" in out
     assert "degenerate repetition" in out and "foss foss" in out
+    said = re.findall(r"sparkfleet diagnostics: (\S+\.tar\.gz)", out)
+    assert len(said) == 1 and said[0].startswith(str(tmp_path)), out[-3000:]
+    assert oct(os.stat(said[0]).st_mode & 0o777) == "0o600"
+    with tarfile.open(said[0]) as tar:
+        files = {m.name.split("/", 1)[1]: tar.extractfile(m).read().decode() for m in tar.getmembers()}
+    for node in ("sim-spark-00", "sim-spark-01", "sim-spark-02", "sim-spark-03"):
+        for name in ("logs/sparkfleet-ray.log", "ray-status.txt", "nvidia-smi.txt", "kernel.txt", "memory.txt",
+                     "disk.txt", "images.txt", "containers.json"):
+            assert files.get("%s/%s" % (node, name)), (node, name, sorted(files))
+        assert "MemTotal:" in files[node + "/memory.txt"]
+        assert "sparkfleet/vllm:" in files[node + "/images.txt"]
+    assert "Active:" in files["sim-spark-00/ray-status.txt"]
+    assert "POST /v1/chat/completions" in files["sim-spark-00/logs/sparkfleet-vllm.log"]  # the probes it answered
+    serve = json.loads(files["sim-spark-00/containers.json"])["sparkfleet-vllm"]
+    assert "SPARKFLEET_SIM_FAULT=degenerate" in serve["env"]
+    report = json.loads(files["report.json"])
+    assert report["failures"] and report["playbook"] == "deploy_mimo.yml"
+    kept = Path.home() / ".config" / "sparkfleet" / "sim-spark-00"
+    for secret in ((kept / "api-key").read_text().strip(), (kept / "ray-token").read_text().strip()):
+        assert len(secret) >= 32
+        assert not [name for name, text in files.items() if secret in text]
 
 
 def test_script_soup_fails_at_verify():
@@ -751,6 +775,39 @@ def test_a_head_paused_past_a_minute_is_named_and_the_next_deploy_heals_it():
     assert "Paris" in out
     rc, said, out = status()
     assert rc == 0, out[-3000:]
+
+
+def test_teardown_keeps_images_and_weights_unless_asked_and_the_deploy_restores_a_purged_node():
+    """A plain teardown of one node stops its Ray and keeps the image and weights; asked, it removes them
+    (check mode first predicts that and removes nothing), and the next deploy sends them back."""
+    node, host = "sparkfleet-sim-node-3", "sim-spark-03"
+
+    def holdings():
+        images = node_exec(node, "docker", "images", "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
+        weights = node_exec(node, "test", "-d", REPO_DIR).returncode
+        return [i for i in images if i.startswith("sparkfleet/vllm:")], weights
+
+    before = holdings()
+    assert len(before[0]) >= 1 and before[1] == 0, before
+    rc, out = deploy(playbook="teardown.yml", args=("--limit", host))
+    assert rc == 0, out[-3000:]
+    assert node_exec(node, "docker", "inspect", "sparkfleet-ray").returncode != 0
+    assert holdings() == before
+    asked = ("--limit", host, "-e", "sparkfleet_teardown_images=true", "-e", "sparkfleet_teardown_weights=true")
+    rc, out = deploy(playbook="teardown.yml", args=(*asked, "--check", "--diff"))
+    assert rc == 0 and REPO_DIR in out and before[0][0] in out, out[-3000:]
+    assert holdings() == before
+    rc, out = deploy(playbook="teardown.yml", args=asked)
+    assert rc == 0, out[-3000:]
+    assert holdings() == ([], 1)
+    assert node_exec("sparkfleet-sim-node-2", "test", "-d", REPO_DIR).returncode == 0
+    rc, said, out = status()
+    assert rc != 0 and "sim-spark-03 (172.29.0.13): " in said, said
+    rc, out = deploy()
+    assert rc == 0, out[-4000:]
+    assert "Paris" in out
+    after = holdings()  # the image being served came back; older images the node held stay gone
+    assert after[1] == 0 and 1 == len(after[0]) and set(after[0]) <= set(before[0]), (before, after)
 
 
 def test_second_run_changes_nothing():
