@@ -94,6 +94,10 @@ def judge(nodes, head, states, ray_container="sparkfleet-ray", server_container=
             if nodes[name] not in alive and "unreachable" not in states[name]:
                 seen[name].append("Ray lists it dead" if nodes[name] in dead else "Ray does not list it")
                 lines[name] += "; not alive in Ray"
+        for ip, why in sorted((table.get("silent") or {}).items()):
+            if ip in names_by_ip and "unreachable" not in states[names_by_ip[ip]]:
+                seen[names_by_ip[ip]].append("Ray lists it alive, but it gives the head no answer over the fabric "
+                                             "(%s); check its firewall and fabric link" % why)
         for ip in sorted(alive - set(names_by_ip)):
             others.append("Ray has an alive node at %s, which is not a node of this cluster; stop Ray there or add "
                           "the node to the inventory" % ip)

@@ -42,6 +42,11 @@ options:
     description: Seconds for the Ray table and for the health probe each.
     type: int
     default: 20
+  reach_port:
+    description: "With O(ray_table): the port (Ray's node manager) on which the head asks each node Ray lists
+      alive whether it answers over the fabric at all, 5 s each, all at once; C(0) asks none."
+    type: int
+    default: 6700
   log_lines:
     description: How many of the server log's last lines to read.
     type: int
@@ -94,7 +99,7 @@ state:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, _http, _ray, ray_state, vllm_logs
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, _http, _ray, fabric, ray_state, vllm_logs
 
 
 def _container(cli, name):
@@ -130,6 +135,7 @@ def main():
             server_container=dict(type="str", default=""),
             health_host=dict(type="str", default=""),
             timeout=dict(type="int", default=20),
+            reach_port=dict(type="int", default=6700),
             log_lines=dict(type="int", default=3000),
         ),
         supports_check_mode=True,
@@ -148,6 +154,8 @@ def main():
             else:
                 try:
                     state["ray"] = ray_state.summarize(_ray.nodes(ray, timeout=p["timeout"]))
+                    # Ray lists a silent node alive for minutes; the head asks each one over the fabric.
+                    state["ray"]["silent"] = fabric.silent(state["ray"]["alive_ips"], p["reach_port"])
                 except _docker.DockerFailure as exc:
                     state["ray"] = {"error": str(exc)[-600:]}
         if p["server_container"]:

@@ -12,6 +12,9 @@ description:
   - Reads Ray's node table in the head's Ray container until alive nodes == C(nodes) B(and) GPUs ==
     C(gpus), and every expected IP has joined. Fails on timeout with what it saw last, including which
     nodes never joined.
+  - "Once the counts pass, the head opens one TCP connection to each node's Ray node manager port:
+    Ray keeps a node that went silent (a cut link, a dropping firewall) listed alive for minutes, so a node
+    that gives no answer at all in 5 s fails the gate at once, named with its IP."
   - With O(poll_seconds), one call waits at most that long and returns RV(done) and a RV(progress) line; run
     it with C(until) and O(started_at) so that a long gate reports what it sees instead of blocking in
     silence. O(timeout) then counts from O(started_at).
@@ -29,6 +32,14 @@ options:
     type: list
     elements: str
     default: []
+  node_names:
+    description: "{fabric IP: node name}, to name a node that does not answer."
+    type: dict
+    default: {}
+  reach_port:
+    description: The port each node is asked over the fabric (Ray's node manager); C(0) asks none.
+    type: int
+    default: 6700
   container_name:
     description: The head's Ray container.
     type: str
@@ -94,8 +105,16 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, _ray, ray_state
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, _ray, fabric, ray_state
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.waiter import WaitTimeout, wait_for
+
+
+def unanswered(p, summary):
+    """Each alive node that gives no answer on the reach port, named: ['name (ip): port N, why'] (the head asks
+    itself too, which costs a millisecond)."""
+    quiet = fabric.silent(summary.get("alive_ips") or (), p["reach_port"])
+    return ["%s (%s): port %d, %s" % (p["node_names"].get(ip, ip), ip, p["reach_port"], why)
+            for ip, why in sorted(quiet.items())]
 
 
 def main():
@@ -104,6 +123,8 @@ def main():
             nodes=dict(type="int", required=True),
             gpus=dict(type="int", required=True),
             expected_ips=dict(type="list", elements="str", default=[]),
+            node_names=dict(type="dict", default={}),
+            reach_port=dict(type="int", default=6700),
             container_name=dict(type="str", default="sparkfleet-ray"),
             timeout=dict(type="int", default=600),
             interval=dict(type="int", default=5),
@@ -147,6 +168,11 @@ def main():
         module.fail_json(msg=str(exc), summary=seen.get("summary"))
     except _docker.DockerFailure as exc:
         module.fail_json(msg="ray_gate: %s" % exc, summary=seen.get("summary"))
+    silent = unanswered(p, seen["summary"])
+    if silent:
+        module.fail_json(msg="Ray lists every node alive, but the head gets no answer over the fabric from %s; "
+                             "Ray drops a silent node only after minutes. Check the firewall and fabric link of "
+                             "each, then run the deploy again" % "; ".join(silent), summary=seen["summary"])
     module.exit_json(changed=False, done=True, summary=seen["summary"], waited_s=round(time.time() - started, 1),
                      status=desc, progress="Ray gate: %s" % desc)
 

@@ -14,6 +14,8 @@ description:
   - Waits until Ray's own node table shows this node alive. A worker that does not show up in time is
     restarted, up to C(retries) times (many workers joining at once on a loaded head time out during
     startup; the playbook also limits how many join at once).
+  - A worker first opens one TCP connection to the head's GCS port; when the head gives no answer at all in
+    5 s (a cut link, a dropping firewall), it fails at once naming both ends, instead of retrying its join.
   - A container whose declared spec is unchanged, that runs, and whose node is alive is left alone
     (C(changed=false)). A worker's spec includes the head container's ID, so a new head restarts the workers.
 options:
@@ -162,7 +164,7 @@ import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, _ray
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, _ray, fabric
 
 
 def tmp_volume_opts(size):
@@ -303,6 +305,14 @@ def main():
         if p["poll_seconds"] and not p["run_id"]:
             module.fail_json(msg="run_id is required with poll_seconds: a later poll finds its own join by it "
                                  "(set it once per run, for example to the time the join began)")
+        if p["role"] == "worker":
+            # Before anything asks Ray: a worker cut off from the head would retry its join for minutes, and
+            # Ray's own query of a running worker would wait on the head's silence.
+            answered, why = fabric.reach(p["head_ip"], p["port"])
+            if not answered:
+                module.fail_json(msg="this node (%s) cannot reach the Ray head %s:%s over the fabric (%s): check "
+                                     "this node's firewall and its fabric link, then run the deploy again"
+                                     % (p["node_ip"], p["head_ip"], p["port"], why))
         spec = container_spec(p)
         digest = _docker.spec_digest(spec)
         existing = _docker.current(cli, name)

@@ -777,6 +777,43 @@ def test_a_head_paused_past_a_minute_is_named_and_the_next_deploy_heals_it():
     assert rc == 0, out[-3000:]
 
 
+def fabric_rules(node, op):
+    """A firewall inside the node that drops the fabric both ways, as a pulled cable does (no reply at all);
+    the controller (the simulated network's gateway) keeps its SSH."""
+    for chain, peer in (("INPUT", "-s"), ("OUTPUT", "-d")):
+        for target, net in (("DROP", "172.29.0.0/24"), ("ACCEPT", "172.29.0.1")):  # -I: the ACCEPT comes first
+            res = node_exec(node, "iptables", op, chain, peer, net, "-j", target)
+            assert res.returncode == 0, res.stderr
+
+
+def test_a_worker_cut_off_the_fabric_is_named_in_seconds_and_the_deploy_fails_early_then_heals():
+    """Ray lists a silent node alive for minutes (5 misses of 60 s), so only asking the node shows the cut:
+    status names it at once, and the deploy fails at the worker's join naming both ends instead of retrying
+    for 3 x 180 s. Nothing it found is torn down; once the link is back, the next deploy heals it."""
+    node = "sparkfleet-sim-node-2"
+    kept = {n: started_at(n, "sparkfleet-ray") for n in NODES if n != node}
+    fabric_rules(node, "-I")
+    try:
+        rc, said, out = status()
+        assert rc != 0
+        assert ("sim-spark-02 (172.29.0.12): Ray lists it alive, but it gives the head no answer over the fabric "
+                "(no answer in 5 s); check its firewall and fabric link") in said, said
+        began = time.monotonic()
+        rc, out = deploy()
+        print("the deploy failed %.0f s after it began" % (time.monotonic() - began))
+        assert rc != 0
+        assert re.search(r'failed: sim-spark-02, task "[^"]*": this node \(172\.29\.0\.12\) cannot reach the Ray '
+                         r"head 172\.29\.0\.10:6379 over the fabric \(no answer in 5 s\)", out), out[-4000:]
+        assert {n: started_at(n, "sparkfleet-ray") for n in kept} == kept
+    finally:
+        fabric_rules(node, "-D")
+    rc, out = deploy()
+    assert rc == 0, out[-4000:]
+    assert "Paris" in out
+    rc, said, out = status()
+    assert rc == 0 and said == "", out[-3000:]
+
+
 def test_teardown_keeps_images_and_weights_unless_asked_and_the_deploy_restores_a_purged_node():
     """A plain teardown of one node stops its Ray and keeps the image and weights; asked, it removes them
     (check mode first predicts that and removes nothing), and the next deploy sends them back."""

@@ -90,3 +90,12 @@ def test_each_defect_is_one_finding(change, finding):
     change(states["spark-00"]["state"])
     verdict = cluster_state.judge(NODES, "spark-00", states)
     assert verdict["findings"] == [finding] and not verdict["healthy"]
+
+
+def test_a_node_ray_lists_alive_but_silent_on_the_fabric_is_named():
+    states = healthy_states()
+    states["spark-00"]["state"]["ray"]["silent"] = {"10.0.0.12": "no answer in 5 s"}
+    verdict = cluster_state.judge(NODES, "spark-00", states)
+    assert verdict["findings"] == ["spark-02 (10.0.0.12): Ray lists it alive, but it gives the head no answer over "
+                                   "the fabric (no answer in 5 s); check its firewall and fabric link"]
+    assert not verdict["healthy"]

@@ -8,6 +8,7 @@ modules' own behaviour: polling, check mode, diffs, secrets and failure messages
 import datetime
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -128,6 +129,15 @@ class Engine:
 def engine(monkeypatch):
     fake = Engine()
     monkeypatch.setattr(docker, "from_env", lambda **kw: fake)
+    # The fabric: every address answers (refuses: nothing listens in a unit test) unless a test cuts it off.
+    fake.silent = set()
+
+    def connect(address, timeout=None):
+        if address[0] in fake.silent:
+            raise socket.timeout("timed out")
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(socket, "create_connection", connect)
     return fake
 
 
@@ -147,6 +157,30 @@ def test_ray_gate_reports_a_late_node_poll_by_poll_then_passes(engine):
     assert first["progress"].startswith("Ray gate: 3/4 nodes alive, 3/4 GPUs; not joined: 10.0.0.4 (")
     rc, second = run(ray_gate, args)
     assert rc == 0 and second["done"] is True and second["summary"]["alive"] == 4
+
+
+def test_ray_gate_names_a_node_that_ray_lists_alive_but_gives_no_answer_over_the_fabric(engine):
+    head = engine.containers.add(Container("sparkfleet-ray"))
+    head.tables = [[node(ip) for ip in IPS]]
+    engine.silent = {"10.0.0.3"}
+    names = {ip: "spark-%02d" % i for i, ip in enumerate(IPS)}
+    rc, res = run(ray_gate, {"nodes": 4, "gpus": 4, "expected_ips": IPS, "node_names": names})
+    assert rc == 1, res
+    assert res["msg"] == ("Ray lists every node alive, but the head gets no answer over the fabric from spark-02 "
+                          "(10.0.0.3): port 6700, no answer in 5 s; Ray drops a silent node only after minutes. "
+                          "Check the firewall and fabric link of each, then run the deploy again")
+    engine.silent = set()
+    rc, res = run(ray_gate, {"nodes": 4, "gpus": 4, "expected_ips": IPS, "node_names": names})
+    assert rc == 0 and res["done"] is True
+
+
+def test_a_worker_cut_off_from_the_head_fails_at_once_and_starts_nothing(engine):
+    engine.silent = {"10.0.0.1"}
+    rc, res = run(ray_node, {"role": "worker", "image": "img:1", "node_ip": "10.0.0.2", "head_ip": "10.0.0.1"})
+    assert rc == 1
+    assert res["msg"] == ("this node (10.0.0.2) cannot reach the Ray head 10.0.0.1:6379 over the fabric (no answer "
+                          "in 5 s): check this node's firewall and its fabric link, then run the deploy again")
+    assert "sparkfleet-ray" not in engine.containers.items
 
 
 def test_ray_gate_fails_once_its_timeout_has_passed_since_it_began(engine):
