@@ -42,8 +42,11 @@ def _advice(total, max_tp, model, name_limit=True):
             "pipeline_parallel_size=%d)" % (total, limit, tp, pp, tp, pp))
 
 
-def plan(heads, workers, hostvars, tensor_parallel_size, pipeline_parallel_size=1, max_tp=None, model=""):
+def plan(heads, workers, hostvars, tensor_parallel_size=0, pipeline_parallel_size=0, max_tp=None, model=""):
     """Validate the inventory and return the plan the rest of the deploy follows.
+
+    ``tensor_parallel_size`` 0 (unset) lets the recipe's ``max_tp`` decide with suggest(); a
+    ``pipeline_parallel_size`` of 0 is 1 when TP is set.
 
     ``hostvars[host]`` must carry ``sparkfleet_node_ip`` and may carry ``sparkfleet_gpus_per_node``
     (default 1: a DGX Spark has one GB10).
@@ -75,7 +78,22 @@ def plan(heads, workers, hostvars, tensor_parallel_size, pipeline_parallel_size=
                                 % (seen[ip], host, ip))
         seen[ip] = host
     total = sum(gpus.values())
-    tp, pp = int(tensor_parallel_size), int(pipeline_parallel_size)
+    tp, pp = int(tensor_parallel_size or 0), int(pipeline_parallel_size or 0)
+    sizes_from = "inventory"
+    if not tp:
+        # Unset: the recipe decides. TP as wide as the model allows on these GPUs, PP for the rest (Kimi-K2.5
+        # on 16 Sparks: TP=16, as seed 000 runs it; MiMo-V2.5-Pro, max TP 8: TP=8 x PP=2). A PP given alone
+        # keeps its value and TP takes the rest.
+        sizes_from = "recipe"
+        if pp:
+            tp = total // pp if total % pp == 0 else 0
+            if tp < 1:
+                raise TopologyError("pipeline_parallel_size=%d does not divide the %d GPUs of this inventory; %s"
+                                    % (pp, total, _advice(total, max_tp, model)))
+        else:
+            tp, pp = suggest(total, max_tp)
+    elif not pp:
+        pp = 1
     if tp < 1 or pp < 1:
         raise TopologyError("tensor_parallel_size and pipeline_parallel_size must be >= 1 (got %d, %d); %s"
                             % (tp, pp, _advice(total, max_tp, model)))
@@ -98,4 +116,5 @@ def plan(heads, workers, hostvars, tensor_parallel_size, pipeline_parallel_size=
         "tensor_parallel_size": tp,
         "pipeline_parallel_size": pp,
         "world_size": world,
+        "sizes_from": sizes_from,
     }

@@ -237,9 +237,7 @@ def check_inputs(settings, recipe, nodes, ports, ray_port=6379):
         c.add("sparkfleet_base_image", "is not set", "set the vLLM image, e.g. vllm/vllm-openai:v0.34.0")
     elif not isinstance(base, str) or re.search(r"[\s\0]", base):
         c.add("sparkfleet_base_image", "%r is not an image reference" % (base,), "give name:tag or name@sha256:...")
-    if "sparkfleet_tensor_parallel_size" not in s:
-        c.add("sparkfleet_tensor_parallel_size", "is not set", "set the TP size (TP x PP = the cluster's GPUs)")
-    else:
+    if "sparkfleet_tensor_parallel_size" in s:  # unset: the recipe's max_tp plans it
         c.integer("sparkfleet_tensor_parallel_size", s["sparkfleet_tensor_parallel_size"], 1, 64,
                   "set the TP size, an integer (TP x PP = the cluster's GPUs)")
     c.integer("sparkfleet_pipeline_parallel_size", s.get("sparkfleet_pipeline_parallel_size", 1), 1, 16,

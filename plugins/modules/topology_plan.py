@@ -28,13 +28,15 @@ options:
     type: dict
     required: true
   tensor_parallel_size:
-    description: vLLM C(--tensor-parallel-size).
+    description:
+      - vLLM C(--tensor-parallel-size). C(0) (unset) lets the model decide - the widest TP up to O(max_tp)
+        that divides the GPUs, and PP for the rest (Kimi-K2.5 on 16 Sparks - TP=16; MiMo-V2.5-Pro - TP=8 x PP=2).
     type: int
-    required: true
+    default: 0
   pipeline_parallel_size:
-    description: vLLM C(--pipeline-parallel-size).
+    description: vLLM C(--pipeline-parallel-size). C(0) (unset) is 1 when TP is set, else the GPUs over TP.
     type: int
-    default: 1
+    default: 0
   max_tp:
     description: The model's largest TP that loads correctly (MiMo-V2.5-Pro has 8 KV heads, so 8).
     type: int
@@ -89,8 +91,8 @@ def main():
             heads=dict(type="list", elements="str", required=True),
             workers=dict(type="list", elements="str", default=[]),
             hostvars=dict(type="dict", required=True),
-            tensor_parallel_size=dict(type="int", required=True),
-            pipeline_parallel_size=dict(type="int", default=1),
+            tensor_parallel_size=dict(type="int", default=0),
+            pipeline_parallel_size=dict(type="int", default=0),
             max_tp=dict(type="int"),
             model=dict(type="str", default=""),
         ),

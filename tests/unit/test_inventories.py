@@ -11,8 +11,6 @@ INV = Path(__file__).resolve().parents[2] / "inventory"
 ALLOWED = {
     "sparkfleet_base_image": "the base image",
     "sparkfleet_vllm_version": "the base image (the release inside it)",
-    "sparkfleet_tensor_parallel_size": "sizes (4 simulated nodes)",
-    "sparkfleet_pipeline_parallel_size": "sizes",
     "sparkfleet_model_repo_id": "the checkpoint",
     "sparkfleet_model_revision": "the checkpoint",
     "sparkfleet_ray_object_store_memory": "sizes (a 24 GiB test host)",

@@ -98,7 +98,7 @@ def test_every_refusal_advises_sizes_plan_accepts(total, max_tp):
     refused = 0
     for tp, pp in itertools.product(range(0, 18), range(0, 5)):
         try:
-            plan(*nodes(total), tp, pp, max_tp=max_tp, model="m")
+            got = plan(*nodes(total), tp, pp, max_tp=max_tp, model="m")
         except TopologyError as err:
             refused += 1
             found = ADVICE.findall(str(err))
@@ -108,5 +108,23 @@ def test_every_refusal_advises_sizes_plan_accepts(total, max_tp):
             p = plan(*nodes(total), a_tp, a_pp, max_tp=max_tp, model="m")
             assert p["world_size"] == p["gpu_count"] == total
         else:
-            assert tp * pp == total and (max_tp is None or tp <= max_tp)
+            # 0 is unset: the plan fills it in; a size that was given is kept.
+            g_tp, g_pp = got["tensor_parallel_size"], got["pipeline_parallel_size"]
+            assert g_tp * g_pp == total and (max_tp is None or g_tp <= max_tp)
+            assert (tp in (0, g_tp)) and (pp in (0, g_pp)) and (pp or not tp or g_pp == 1)
+            assert got["sizes_from"] == ("inventory" if tp else "recipe")
     assert refused > 0
+
+
+@pytest.mark.parametrize(("max_tp", "want"), [(16, (16, 1)), (8, (8, 2)), (None, (16, 1))])
+def test_unset_sizes_on_16_sparks_follow_the_model(max_tp, want):
+    """Kimi-K2.5 (max TP 16) runs TP=16 on 16 Sparks, as seed 000 does; MiMo-V2.5-Pro (max TP 8) TP=8 x PP=2."""
+    got = plan(*nodes(16), max_tp=max_tp, model="m")
+    assert (got["tensor_parallel_size"], got["pipeline_parallel_size"]) == want and got["sizes_from"] == "recipe"
+
+
+def test_a_pp_given_alone_keeps_its_value_and_tp_takes_the_rest():
+    got = plan(*nodes(16), 0, 4, max_tp=16, model="m")
+    assert (got["tensor_parallel_size"], got["pipeline_parallel_size"]) == (4, 4)
+    with pytest.raises(TopologyError, match="pipeline_parallel_size=3 does not divide the 16 GPUs"):
+        plan(*nodes(16), 0, 3, max_tp=16, model="m")

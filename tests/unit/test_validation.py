@@ -105,7 +105,6 @@ CASES = [
     ("tp zero", setting("sparkfleet_tensor_parallel_size", 0), "sparkfleet_tensor_parallel_size"),
     ("tp negative", setting("sparkfleet_tensor_parallel_size", -4), "sparkfleet_tensor_parallel_size"),
     ("tp list", setting("sparkfleet_tensor_parallel_size", [4]), "sparkfleet_tensor_parallel_size"),
-    ("tp unset", unset("sparkfleet_tensor_parallel_size"), "sparkfleet_tensor_parallel_size"),
     ("pp true", setting("sparkfleet_pipeline_parallel_size", True), "sparkfleet_pipeline_parallel_size"),
     ("gpus per node 2", node_var("spark-01", "sparkfleet_gpus_per_node", 2), "spark-01: sparkfleet_gpus_per_node"),
     ("gpus per node true", node_var("spark-01", "sparkfleet_gpus_per_node", True),
@@ -286,3 +285,9 @@ def test_a_node_count_that_does_not_match_the_topology_is_refused_by_the_planner
     with pytest.raises(TopologyError, match="%d x 1 = %d ranks, but the inventory has %d GPUs on %d nodes"
                        % (tp, tp, nodes_listed, nodes_listed)):
         plan(names[:1], names[1:], hostvars, tp, 1, None, "m")
+
+
+def test_an_unset_tp_is_no_finding_the_recipe_plans_it():
+    inputs = good()
+    inputs["settings"].pop("sparkfleet_tensor_parallel_size", None)
+    assert not [f for f in findings(inputs) if "parallel_size" in f]
