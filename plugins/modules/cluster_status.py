@@ -46,18 +46,9 @@ options:
     description: Fail when the cluster does not serve (the findings are the message).
     type: bool
     default: true
-attributes:
-  check_mode:
-    support: full
-    details: Judges only; it runs the same in check mode.
-  diff_mode:
-    support: N/A
-    details: Changes nothing, so there is nothing to compare.
-  idempotent:
-    support: full
-    details: Changes nothing.
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.attributes.read_only
 author:
   - sparkfleet maintainers (!UNKNOWN)
 """

@@ -45,18 +45,9 @@ options:
     type: list
     elements: path
     default: [/, /root/.cache/huggingface, /var/lib/docker]
-attributes:
-  check_mode:
-    support: full
-    details: Reads only; it runs the same in check mode.
-  diff_mode:
-    support: N/A
-    details: Changes nothing, so there is nothing to compare.
-  idempotent:
-    support: full
-    details: Changes nothing.
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.attributes.read_only
 author:
   - sparkfleet maintainers (!UNKNOWN)
 """

@@ -51,18 +51,9 @@ options:
     description: How many of the server log's last lines to read.
     type: int
     default: 3000
-attributes:
-  check_mode:
-    support: full
-    details: Reads only; it runs the same in check mode.
-  diff_mode:
-    support: N/A
-    details: Changes nothing, so there is nothing to compare.
-  idempotent:
-    support: full
-    details: Changes nothing.
 extends_documentation_fragment:
   - sparkfleet.vllm.attributes
+  - sparkfleet.vllm.attributes.read_only
 author:
   - sparkfleet maintainers (!UNKNOWN)
 """
