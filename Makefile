@@ -12,13 +12,13 @@ export ANSIBLE_FORCE_COLOR ?= 0
 export PY_COLORS ?= 0
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help deps host demo test lint unit integration sim-up sim-down sim-images bench bench-verdicts bench-weights patch-verdicts \
+.PHONY: help deps host demo test lint unit integration sim-up sim-down sim-images bench bench-verdicts bench-weights bench-noop patch-verdicts \
 	gpu-wheels gpu-stage gpu-check sanity
 
 help:
 	@echo "make demo      simulated 4-node cluster + deploy_mimo.yml, prints the endpoint's answers"
 	@echo "make test      ruff + ansible-lint + ansible-test sanity + unit tests + molecule (on the simulated cluster)"
-	@echo "make lint | sanity | unit | sim-up N=4 | sim-down | bench | bench-weights | bench-verdicts"
+	@echo "make lint | sanity | unit | sim-up N=4 | sim-down | bench | bench-weights | bench-verdicts | bench-noop"
 	@echo "make patch-verdicts VLLM_SRC=DIR   each patch's verdict for a vLLM source tree, as JSON (writes nothing)"
 	@echo "make gpu-wheels (networked) | gpu-stage | gpu-check OUT=DIR (GPU host, offline): real vLLM tier"
 
@@ -71,6 +71,9 @@ bench-weights: deps host
 
 bench-verdicts: deps host
 	$(BIN)/python benchmarks/time_to_verdict.py
+
+bench-noop: deps host
+	$(BIN)/python benchmarks/noop_rerun.py
 
 # DIR: a vllm package directory, or one that contains vllm/ (an unpacked sdist or wheel, a site-packages).
 patch-verdicts: deps
