@@ -50,8 +50,10 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 from ansible import context
+from ansible.parsing.splitter import parse_kv
 from ansible.plugins.callback import CallbackBase
 
 # The collection's modules whose results the report reads.
@@ -193,8 +195,18 @@ class CallbackModule(CallbackBase):
         argv = [sys.argv[0], "sparkfleet.vllm.diagnose"]
         for inventory in args.get("inventory") or ():
             argv += ["-i", inventory]
+        # Extra vars given inline (they may hold a secret) go to the child in 0600 files, never in its argv;
+        # "@file" ones are paths and pass as they are. Same order, so the same precedence.
+        inline = []
         for extra in args.get("extra_vars") or ():
-            argv += ["-e", extra]
+            if extra.startswith("@"):
+                argv += ["-e", extra]
+                continue
+            fd, path = tempfile.mkstemp(prefix="sparkfleet-extra-", suffix=".json")
+            with os.fdopen(fd, "w") as fh:  # mkstemp: 0600
+                fh.write(extra if extra.lstrip()[:1] in ("{", "[") else json.dumps(parse_kv(extra)))
+            inline.append(path)
+            argv += ["-e", "@" + path]
         for flag, key in (("--private-key", "private_key_file"), ("-u", "remote_user"), ("-c", "connection")):
             if args.get(key):
                 argv += [flag, str(args[key])]
@@ -211,6 +223,9 @@ class CallbackModule(CallbackBase):
         except (OSError, subprocess.TimeoutExpired) as exc:
             self._display.warning("sparkfleet diagnostics: %s" % exc)
             return
+        finally:
+            for path in inline:
+                os.unlink(path)
         said = re.findall(r"sparkfleet diagnostics: (\S+\.tar\.gz)", res.stdout)
         if res.returncode == 0 and said:
             self._display.display("sparkfleet diagnostics: %s" % said[-1])

@@ -1,5 +1,6 @@
 """Diagnostics and teardown's purge: what reaches the tarball, what is redacted, what is removed."""
 
+import os
 import sys
 import types
 
@@ -87,14 +88,15 @@ def test_a_failed_deploy_reruns_diagnose_with_the_runs_inventory_vars_and_vault(
     from ansible_collections.sparkfleet.vllm.plugins.callback import report
 
     monkeypatch.setattr(context, "CLIARGS", ImmutableDict(
-        inventory=("spark16",), extra_vars=("@vault.yml", "sparkfleet_tensor_parallel_size=8"), remote_user="ops",
+        inventory=("spark16",), extra_vars=("@vault.yml", "sparkfleet_api_key=%s" % KEY), remote_user="ops",
         private_key_file="/k", connection="ssh", vault_ids=("prod@prompt",), vault_password_files=("/p",),
         become=False, check=False))
     monkeypatch.setattr(sys, "argv", ["/venv/bin/ansible-playbook", "deploy_mimo.yml"])
     seen = {}
 
     def fake_run(argv, env, **kw):
-        seen.update(argv=argv, env=env)
+        files = [a[1:] for a in argv if a.startswith("@/")]
+        seen.update(argv=argv, env=env, files={f: (oct(os.stat(f).st_mode & 0o777), open(f).read()) for f in files})
         return types.SimpleNamespace(returncode=0, stdout="ok: sparkfleet diagnostics: /x/d-1.tar.gz\n", stderr="")
 
     monkeypatch.setattr(report.subprocess, "run", fake_run)
@@ -102,9 +104,13 @@ def test_a_failed_deploy_reruns_diagnose_with_the_runs_inventory_vars_and_vault(
     callback = report.CallbackModule()
     callback._display = types.SimpleNamespace(display=shown.append, warning=shown.append)
     callback._diagnose("/r/report.json")
+    (inline,) = seen["files"]  # the inline extra var reached the child in a 0600 file, not in its argv
+    assert seen["files"][inline] == ("0o600", '{"sparkfleet_api_key": "%s"}' % KEY)
+    assert not os.path.exists(inline)
     assert seen["argv"] == ["/venv/bin/ansible-playbook", "sparkfleet.vllm.diagnose", "-i", "spark16",
-                            "-e", "@vault.yml", "-e", "sparkfleet_tensor_parallel_size=8", "--private-key", "/k",
+                            "-e", "@vault.yml", "-e", "@" + inline, "--private-key", "/k",
                             "-u", "ops", "-c", "ssh", "--vault-id", "prod@prompt", "--vault-password-file", "/p"]
+    assert not [a for a in seen["argv"] if KEY in a]
     assert seen["env"]["SPARKFLEET_DIAGNOSE_ON_FAILURE"] == "0"
     assert seen["env"]["SPARKFLEET_DIAGNOSE_REPORT"] == "/r/report.json"
     assert shown[-1] == "sparkfleet diagnostics: /x/d-1.tar.gz"
