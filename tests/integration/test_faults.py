@@ -347,12 +347,20 @@ def test_a_killed_distribution_resumes_and_sends_only_what_is_missing():
         assert node_exec(node, "sh", "-c", "ls -A /root/.cache/huggingface/hub/.sparkfleet-incoming").stdout == ""
 
 
+TCP_RMEM = "/proc/sys/net/ipv4/tcp_rmem"
+
+
 def test_a_stalled_hop_fails_in_bounded_time_naming_both_ends_and_frees_its_ports():
     """The middle node of a chain freezes (SIGSTOP) mid-stream: the seed's hop and the next node's hop
     both fail after weights_stall_timeout, naming both ends; once it wakes, no listener is left."""
     middle, last = NODES[2], NODES[3]
     for node in (middle, last):
         node_exec(node, "rm", "-rf", REPO_DIR, PROGRESS)
+    # A frozen node's kernel still takes bytes until its socket buffer is full. On a Spark's fabric that is a
+    # millisecond; on this 2 mbit link the kernel's autotuned buffer (up to 32 MiB here) would take two minutes,
+    # and the stall timer starts only after it. The middle node's buffer is capped at 1 MiB (4 s of this link).
+    rmem = node_exec(middle, "cat", TCP_RMEM).stdout.split()
+    assert node_exec(middle, "sh", "-c", "echo 4096 131072 1048576 > " + TCP_RMEM).returncode == 0
     shaped(HEAD, "2mbit")
     try:
         play = start_deploy({"weights_stall_timeout": 5})
@@ -366,6 +374,7 @@ def test_a_stalled_hop_fails_in_bounded_time_naming_both_ends_and_frees_its_port
     finally:
         node_exec(middle, "pkill", "-CONT", "-f", "weights_receive")
         node_exec(HEAD, "tc", "qdisc", "del", "dev", "eth0", "root")
+        node_exec(middle, "sh", "-c", "echo %s > %s" % (" ".join(rmem), TCP_RMEM))
     out = play.communicate(timeout=300)[0]
     assert play.returncode != 0
     assert re.search(r"the hop 172\.29\.0\.10:\d+ -> 172\.29\.0\.12:29401 stalled: the receiver took nothing "
