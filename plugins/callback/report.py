@@ -150,8 +150,10 @@ class CallbackModule(CallbackBase):
             endpoint = self.endpoints.setdefault(host, {})
             endpoint.update(stage=res.get("stage"), boot_s=(res.get("boot") or {}).get("boot_s"))
         elif action == "vllm_check":
-            endpoint = self.endpoints.setdefault(host, {})
-            endpoint.update(url=res.get("invocation", {}).get("module_args", {}).get("url"),
+            args = res.get("invocation", {}).get("module_args", {})
+            # A check without a server log to read is the one through the balancer (on a head's node, too).
+            endpoint = self.endpoints.setdefault(host if args.get("container_name", "-") else host + " balancer", {})
+            endpoint.update(url=args.get("url"),
                             backends=_backends(res.get("kernels")),
                             verdict="failed" if res.get("failed") else "coherent",
                             reason=_first_line(res.get("msg"), 300) if res.get("failed") else None)

@@ -174,13 +174,23 @@ def remove_image(cli, image_id, what):
         raise DockerFailure("removing image %s: %s" % (what, exc)) from exc
 
 
-def exec_json(container, argv, env=None):
-    """Run argv in a container and parse its stdout as JSON; stderr goes into the failure."""
-    res = container.exec_run(argv, demux=True, environment=env)
+def exec_text(container, argv, env=None, what=None):
+    """Run argv in a container and return its stdout; a failure names ``what`` (argv[0]) and holds stderr."""
+    what = what or argv[0]
+    try:
+        res = container.exec_run(argv, demux=True, environment=env)
+    except DockerException as exc:
+        raise DockerFailure("%s in %s: %s" % (what, container.name, exc)) from exc
     out, err = res.output if isinstance(res.output, tuple) else (res.output, b"")
     out, err = (out or b"").decode(errors="replace"), (err or b"").decode(errors="replace")
     if res.exit_code != 0:
-        raise DockerFailure("%s in %s exited %s: %s" % (argv[0], container.name, res.exit_code, (err or out)[-1500:]))
+        raise DockerFailure("%s in %s exited %s: %s" % (what, container.name, res.exit_code, (err or out)[-1500:]))
+    return out
+
+
+def exec_json(container, argv, env=None):
+    """Run argv in a container and parse its stdout as JSON; stderr goes into the failure."""
+    out = exec_text(container, argv, env)
     try:
         return json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):

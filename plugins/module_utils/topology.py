@@ -35,15 +35,21 @@ def suggest(total_gpus, max_tp=None):
     return tp, total // tp
 
 
-def _advice(total, max_tp, model, name_limit=True):
+def _advice(total, max_tp, model, name_limit=True, where=None):
     tp, pp = suggest(total, max_tp)
     limit = " and %s's max_tp of %d" % (model or "the model", int(max_tp)) if max_tp and name_limit else ""
-    return ("for the %d GPUs of this inventory%s use TP=%d x PP=%d (tensor_parallel_size=%d, "
-            "pipeline_parallel_size=%d)" % (total, limit, tp, pp, tp, pp))
+    return ("for %s%s use TP=%d x PP=%d (tensor_parallel_size=%d, pipeline_parallel_size=%d)"
+            % (where or "the %d GPUs of this inventory" % total, limit, tp, pp, tp, pp))
 
 
-def plan(heads, workers, hostvars, tensor_parallel_size=0, pipeline_parallel_size=0, max_tp=None, model=""):
+def plan(heads, workers, hostvars, tensor_parallel_size=0, pipeline_parallel_size=0, max_tp=None, model="",
+         replicas=0):
     """Validate the inventory and return the plan the rest of the deploy follows.
+
+    ``replicas`` R splits the nodes, in inventory order (the head first), into R engines of TP x PP ranks
+    each, every one its own Ray cluster with its own head (the first node of its share). 0 (unset): when TP
+    and PP are unset too, as many replicas as the recipe's widest TP allows (MiMo-V2.5-Pro, max TP 8, on 16
+    Sparks: 2 x TP8), else 1.
 
     ``tensor_parallel_size`` 0 (unset) lets the recipe's ``max_tp`` decide with suggest(); a
     ``pipeline_parallel_size`` of 0 is 1 when TP is set.
@@ -78,43 +84,74 @@ def plan(heads, workers, hostvars, tensor_parallel_size=0, pipeline_parallel_siz
                                 % (seen[ip], host, ip))
         seen[ip] = host
     total = sum(gpus.values())
-    tp, pp = int(tensor_parallel_size or 0), int(pipeline_parallel_size or 0)
+    tp, pp, count = int(tensor_parallel_size or 0), int(pipeline_parallel_size or 0), int(replicas or 0)
+    if count < 0:
+        raise TopologyError("replicas must be >= 1 (got %d); set sparkfleet_replicas, or leave it unset" % count)
+    if not count:
+        # Unset: replicas rather than pipeline stages when nothing else is set (a second replica doubles the
+        # throughput; a second stage adds a hop to every token). Sizes the inventory sets keep one replica.
+        count = total // suggest(total, max_tp)[0] if not tp and not pp else 1
+    elif total % count:
+        raise TopologyError("sparkfleet_replicas=%d does not divide the %d GPUs of this inventory; choose a "
+                            "divisor of %d, or add or remove nodes" % (count, total, total))
+    per = total // count
+    where = ("the %d GPUs of this inventory" % total if count == 1 else
+             "the %d GPUs of each of the %d replicas" % (per, count))
     sizes_from = "inventory"
     if not tp:
         # Unset: the recipe decides. TP as wide as the model allows on these GPUs, PP for the rest (Kimi-K2.5
-        # on 16 Sparks: TP=16, as seed 000 runs it; MiMo-V2.5-Pro, max TP 8: TP=8 x PP=2). A PP given alone
-        # keeps its value and TP takes the rest.
+        # on 16 Sparks: TP=16, as seed 000 runs it). A PP given alone keeps its value and TP takes the rest.
         sizes_from = "recipe"
         if pp:
-            tp = total // pp if total % pp == 0 else 0
+            tp = per // pp if per % pp == 0 else 0
             if tp < 1:
-                raise TopologyError("pipeline_parallel_size=%d does not divide the %d GPUs of this inventory; %s"
-                                    % (pp, total, _advice(total, max_tp, model)))
+                raise TopologyError("pipeline_parallel_size=%d does not divide %s; %s"
+                                    % (pp, where, _advice(per, max_tp, model, where=where)))
         else:
-            tp, pp = suggest(total, max_tp)
+            tp, pp = suggest(per, max_tp)
     elif not pp:
         pp = 1
     if tp < 1 or pp < 1:
         raise TopologyError("tensor_parallel_size and pipeline_parallel_size must be >= 1 (got %d, %d); %s"
-                            % (tp, pp, _advice(total, max_tp, model)))
+                            % (tp, pp, _advice(per, max_tp, model, where=where)))
     world = tp * pp
     if max_tp and tp > int(max_tp):
         raise TopologyError("tensor_parallel_size=%d exceeds %s's max_tp of %d; %s"
-                            % (tp, model or "the model", int(max_tp), _advice(total, max_tp, model, name_limit=False)))
-    if world != total:
-        raise TopologyError("tensor_parallel_size x pipeline_parallel_size = %d x %d = %d ranks, but the inventory "
-                            "has %d GPUs on %d nodes; make them equal: %s, or add or remove nodes"
-                            % (tp, pp, world, total, len(nodes), _advice(total, max_tp, model)))
-    return {
-        "head": head,
-        "head_ip": ips[head],
-        "workers": list(workers),
-        "nodes": nodes,
-        "node_ips": ips,
-        "node_count": len(nodes),
-        "gpu_count": total,
-        "tensor_parallel_size": tp,
-        "pipeline_parallel_size": pp,
-        "world_size": world,
-        "sizes_from": sizes_from,
-    }
+                            % (tp, model or "the model", int(max_tp),
+                               _advice(per, max_tp, model, name_limit=False, where=where)))
+    if world != per:
+        has = ("the inventory has %d GPUs on %d nodes" % (total, len(nodes)) if count == 1 else
+               "each of the %d replicas has %d GPUs" % (count, per))
+        raise TopologyError("tensor_parallel_size x pipeline_parallel_size = %d x %d = %d ranks, but %s; make them "
+                            "equal: %s, or add or remove nodes"
+                            % (tp, pp, world, has, _advice(per, max_tp, model, where=where)))
+    shares, share = [], []
+    for host in nodes:
+        share.append(host)
+        held = sum(gpus[h] for h in share)
+        if held == per:
+            shares.append(share)
+            share = []
+        elif held > per:
+            raise TopologyError("the nodes %s hold %d GPUs, more than one replica's %d: a node cannot be split "
+                                "between replicas; set sparkfleet_replicas so each replica gets whole nodes"
+                                % (", ".join(share), held, per))
+    sizes = {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "world_size": world}
+    replica_plans = [dict(sizes, index=i, name="replica-%d" % i, head=s[0], head_ip=ips[s[0]], workers=s[1:],
+                          nodes=s, node_ips={h: ips[h] for h in s}, node_count=len(s), gpu_count=per)
+                     for i, s in enumerate(shares)]
+    return dict(
+        sizes,
+        head=head,
+        head_ip=ips[head],
+        workers=list(workers),
+        nodes=nodes,
+        node_ips=ips,
+        node_count=len(nodes),
+        gpu_count=total,
+        sizes_from=sizes_from,
+        replica_count=count,
+        replicas=replica_plans,
+        replica_of={h: r["index"] for r in replica_plans for h in r["nodes"]},
+        heads=[r["head"] for r in replica_plans],
+    )

@@ -242,6 +242,9 @@ def check_inputs(settings, recipe, nodes, ports, ray_port=6379):
                   "set the TP size, an integer (TP x PP = the cluster's GPUs)")
     c.integer("sparkfleet_pipeline_parallel_size", s.get("sparkfleet_pipeline_parallel_size", 1), 1, 16,
               "set the PP size, an integer")
+    if "sparkfleet_replicas" in s:  # unset: the recipe's max_tp plans it
+        c.integer("sparkfleet_replicas", s["sparkfleet_replicas"], 1, 16,
+                  "set how many engines share the GPUs, an integer (replicas x TP x PP = the cluster's GPUs)")
     for key, low, high in (("sparkfleet_kv_cache_gib", 0, 1024), ("sparkfleet_memory_margin_gib", 0, 1024)):
         if key in s:
             c.number(key, s[key], low, high, "give GiB as a number")

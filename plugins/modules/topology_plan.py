@@ -10,7 +10,9 @@ short_description: Validate a Spark cluster inventory and plan the Ray/vLLM topo
 version_added: 0.1.0
 description:
   - Checks that the inventory names exactly one Ray head, that every node has a unique fabric IP, and that
-    tensor x pipeline parallel ranks equal the cluster's GPUs and respect the model's largest working TP.
+    tensor x pipeline parallel ranks equal each replica's GPUs and respect the model's largest working TP.
+  - Splits the nodes, in inventory order with the head first, into O(replicas) engines; each is its own Ray
+    cluster whose head is the first node of its share.
   - Pure planning; touches no node. Every error names the field at fault and the fix.
 options:
   heads:
@@ -30,7 +32,14 @@ options:
   tensor_parallel_size:
     description:
       - vLLM C(--tensor-parallel-size). C(0) (unset) lets the model decide - the widest TP up to O(max_tp)
-        that divides the GPUs, and PP for the rest (Kimi-K2.5 on 16 Sparks - TP=16; MiMo-V2.5-Pro - TP=8 x PP=2).
+        that divides a replica's GPUs, and PP for the rest (Kimi-K2.5 on 16 Sparks - TP=16).
+    type: int
+    default: 0
+  replicas:
+    description:
+      - How many engines share the GPUs, each TP x PP ranks and its own Ray cluster.
+      - C(0) (unset) - when TP and PP are unset too, as many as the model's widest TP allows (MiMo-V2.5-Pro,
+        max TP 8, on 16 Sparks - 2 x TP=8); otherwise 1.
     type: int
     default: 0
   pipeline_parallel_size:
@@ -78,6 +87,14 @@ plan:
     tensor_parallel_size: 2
     pipeline_parallel_size: 1
     world_size: 2
+    sizes_from: inventory
+    replica_count: 1
+    replicas:
+      - {index: 0, name: replica-0, head: spark-00, head_ip: 192.168.0.10, workers: [spark-01],
+         nodes: [spark-00, spark-01], node_ips: {spark-00: 192.168.0.10, spark-01: 192.168.0.11},
+         node_count: 2, gpu_count: 2, tensor_parallel_size: 2, pipeline_parallel_size: 1, world_size: 2}
+    replica_of: {spark-00: 0, spark-01: 0}
+    heads: [spark-00]
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -95,13 +112,15 @@ def main():
             pipeline_parallel_size=dict(type="int", default=0),
             max_tp=dict(type="int"),
             model=dict(type="str", default=""),
+            replicas=dict(type="int", default=0),
         ),
         supports_check_mode=True,
     )
     p = module.params
     try:
         result = plan(p["heads"], p["workers"], p["hostvars"], p["tensor_parallel_size"],
-                      p["pipeline_parallel_size"], p["max_tp"], p["model"])
+                      p["pipeline_parallel_size"], p["max_tp"], p["model"],
+                      p["replicas"])
     except TopologyError as exc:
         module.fail_json(msg="inventory: %s" % exc)
     module.exit_json(changed=False, plan=result)

@@ -3,6 +3,8 @@
 Order matters: every test injects a fault, observes the failure, and the next deploy repairs it.
 """
 
+import csv
+import io
 import json
 import os
 import re
@@ -854,6 +856,69 @@ def test_teardown_keeps_images_and_weights_unless_asked_and_the_deploy_restores_
     assert "Paris" in out
     after = holdings()  # the image being served came back; older images the node held stay gone
     assert after[1] == 0 and 1 == len(after[0]) and set(after[0]) <= set(before[0]), (before, after)
+
+
+BALANCER = "http://172.29.0.10:8080"
+
+
+def balancer_servers():
+    """HAProxy's own view (its runtime API's show stat) of each replica: {name: row}."""
+    res = node_exec(HEAD, "docker", "exec", "sparkfleet-balancer", "sh", "-c",
+                    "echo 'show stat' | socat stdio /run/haproxy/admin.sock")
+    rows = csv.DictReader(io.StringIO(res.stdout.lstrip("# ")))
+    return {r["svname"]: r for r in rows if r["pxname"] == "replicas" and r["svname"] not in ("FRONTEND", "BACKEND")}
+
+
+def through_the_balancer(count):
+    """``count`` completions sent one after another through the balancer from the head node, as a client
+    would: the HTTP status of each (0: no answer). The key goes in on stdin, never in an argv."""
+    script = ("import json, sys, urllib.request as u, urllib.error as e\n"
+              "key = sys.stdin.read().strip()\n"
+              "for i in range(%d):\n"
+              "    r = u.Request('%s/v1/completions', data=json.dumps({'model': 'mimo-v2.5-pro', 'max_tokens': 8,\n"
+              "        'prompt': 'The capital of France is'}).encode(), headers={'Authorization': 'Bearer ' + key,\n"
+              "        'Content-Type': 'application/json'})\n"
+              "    try: print(u.urlopen(r, timeout=60).status)\n"
+              "    except e.HTTPError as x: print(x.code)\n"
+              "    except OSError: print(0)\n" % (count, BALANCER))
+    key = (Path.home() / ".config" / "sparkfleet" / "sim-spark-00" / "api-key").read_text()
+    res = sh(["docker", "exec", "-i", HEAD, "python3", "-c", script], input=key, timeout=600)
+    return [int(code) for code in res.stdout.split()]
+
+
+def test_two_replicas_of_tp2_serve_behind_the_balancer_which_answers_through_a_lost_replica():
+    """2 replicas x TP2 on the 4 nodes: each its own Ray cluster (heads sim-spark-00 and sim-spark-02), each
+    proven, then proven again through HAProxy, which spreads requests over both. A replica's server killed:
+    every request through the balancer still answers, HAProxy marks it DOWN, and the next deploy brings it
+    back. The default plan (one TP4 engine) then leaves no server or Ray cluster of the replicas behind."""
+    rc, out = deploy({"sparkfleet_replicas": 2})
+    assert rc == 0, out[-4000:]
+    nodes = run_report(out)["nodes"]
+    for head in ("sim-spark-00", "sim-spark-02"):
+        assert nodes[head]["ray"].startswith("head; cluster 2 nodes alive"), nodes[head]
+    assert "TASK [sparkfleet.vllm.balancer : Prove the endpoint through the balancer]" in out
+    serving = {n: node_exec(n, "docker", "ps", "-q", "--filter", "name=^sparkfleet-vllm$").stdout.strip() != ""
+               for n in NODES}
+    assert serving == {NODES[0]: True, NODES[1]: False, NODES[2]: True, NODES[3]: False}, serving
+    servers = balancer_servers()
+    assert {name: row["status"] for name, row in servers.items()} == {"replica-0": "UP", "replica-1": "UP"}
+    before = {name: int(row["stot"]) for name, row in servers.items()}
+    assert through_the_balancer(8) == [200] * 8
+    spread = {name: int(row["stot"]) - before[name] for name, row in balancer_servers().items()}
+    assert all(n > 0 for n in spread.values()), spread  # both replicas answered
+    # A replica lost while serving: the requests sent at once, before HAProxy's checks notice, still answer.
+    node_exec(NODES[2], "docker", "kill", "sparkfleet-vllm")
+    assert through_the_balancer(10) == [200] * 10
+    wait_for(lambda: balancer_servers()["replica-1"]["status"].startswith("DOWN"), 30, "HAProxy to mark replica-1 DOWN")
+    rc, out = deploy({"sparkfleet_replicas": 2})
+    assert rc == 0, out[-4000:]
+    assert {name: row["status"] for name, row in balancer_servers().items()} == {"replica-0": "UP", "replica-1": "UP"}
+    # Back to the default plan: one TP4 engine; sim-spark-02 is a worker again and serves nothing.
+    rc, out = deploy()
+    assert rc == 0, out[-4000:]
+    assert run_report(out)["nodes"]["sim-spark-00"]["ray"].startswith("head; cluster 4 nodes alive")
+    assert node_exec(NODES[2], "docker", "ps", "-aq", "--filter", "name=^sparkfleet-vllm$").stdout.strip() == ""
+    assert list(balancer_servers()) == ["replica-0"]
 
 
 def test_second_run_changes_nothing():

@@ -39,12 +39,13 @@ def test_site_command_validates_on_the_controller(playbook, inventory):
     assert "Using %s as config file" % (REPO / "site" / "ansible.cfg") in out, out[:2000]
     assert VALIDATE_PLAY in out and PLAN_TASK in out, out[-5000:]
     assert recap_ok(out) and only_validate_ran(out), out[-5000:]
-    # The inventories set no TP or PP: the recipe's max_tp plans them (Kimi-K2.5 on 16 Sparks: TP=16, seed 000).
-    want = {("spark16", "deploy_mimo.yml"): (8, 2), ("spark16", "deploy_kimi.yml"): (16, 1),
-            ("spark8", "deploy_mimo.yml"): (8, 1), ("spark8", "deploy_kimi.yml"): (8, 1)}[(inventory, playbook)]
-    sizes = set(re.findall(r'"pipeline_parallel_size": (\d+), "sizes_from": "recipe", "tensor_parallel_size": (\d+)',
-                           out))
-    assert sizes == {(str(want[1]), str(want[0]))}, sizes
+    # The inventories set no TP, PP or replicas: the recipe's max_tp plans them (Kimi-K2.5 on 16 Sparks: TP=16,
+    # seed 000; MiMo-V2.5-Pro, max TP 8, on 16 Sparks: 2 replicas of TP=8 behind spark16's balancer).
+    want = {("spark16", "deploy_mimo.yml"): (2, 8, 1), ("spark16", "deploy_kimi.yml"): (1, 16, 1),
+            ("spark8", "deploy_mimo.yml"): (1, 8, 1), ("spark8", "deploy_kimi.yml"): (1, 8, 1)}[(inventory, playbook)]
+    sizes = set(re.findall(r'"pipeline_parallel_size": (\d+), "replica_count": (\d+), .*?"sizes_from": "recipe", '
+                           r'"tensor_parallel_size": (\d+)', out))
+    assert sizes == {(str(want[2]), str(want[0]), str(want[1]))}, sizes
 
 
 def test_installed_collection_runs_without_the_checkout(tmp_path):

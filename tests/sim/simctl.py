@@ -50,6 +50,8 @@ MAX_NODES = 16
 NODE_MEMORY = os.environ.get("SPARKFLEET_SIM_NODE_MEMORY", "6g")
 
 DEBIAN_SUITE = "bookworm"
+# inventory/local's sparkfleet_balancer_base_image.
+BALANCER_BASE = "sparkfleet-sim/debian:" + DEBIAN_SUITE
 DEBIAN_MIRROR = os.environ.get("SPARKFLEET_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 RAY_VERSION = os.environ.get("SPARKFLEET_SIM_RAY_VERSION", "2.60.0")
 # The vLLM releases whose stand-in base images the head gets: the first is inventory/local's (MiMo needs
@@ -400,6 +402,11 @@ def cmd_up(args) -> None:
         wait_node_ready(c)
     for base_image in base_images:
         ship_image(client, containers[0], base_image)
+    # The balancer's base (Debian, as debian:bookworm-slim is on a real node): the rootfs image under the
+    # name inventory/local gives it, on the node that inventory names for the balancer.
+    rootfs = ensure_rootfs_image(client)
+    ship_image(client, containers[0], rootfs)
+    node_exec(containers[0], ["docker", "tag", rootfs, BALANCER_BASE])
     for ckpt in ckpts.values():  # the head is the seed node of every checkpoint
         ship_checkpoint(containers[0], Path(ckpt["hub_dir"]))
     nodes = [{"name": c.name, "ip": node_ip(i), "index": i} for i, c in enumerate(containers)]

@@ -17,6 +17,8 @@ ALLOWED = {
     "sparkfleet_ray_shm_size": "sizes",
     "sparkfleet_kv_cache_gib": "sizes",
     "sparkfleet_memory_margin_gib": "sizes",
+    "sparkfleet_balancer_node": "a host name (the head's, in both)",
+    "sparkfleet_balancer_base_image": "the balancer's base image (no registry: the simulated nodes' Debian)",
 }
 # Per-host keys: addresses.
 HOST_KEYS = {"ansible_host", "sparkfleet_node_ip"}

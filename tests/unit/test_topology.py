@@ -109,18 +109,21 @@ def test_every_refusal_advises_sizes_plan_accepts(total, max_tp):
             assert p["world_size"] == p["gpu_count"] == total
         else:
             # 0 is unset: the plan fills it in; a size that was given is kept.
-            g_tp, g_pp = got["tensor_parallel_size"], got["pipeline_parallel_size"]
-            assert g_tp * g_pp == total and (max_tp is None or g_tp <= max_tp)
+            g_tp, g_pp, count = got["tensor_parallel_size"], got["pipeline_parallel_size"], got["replica_count"]
+            # Nothing set: as many replicas as the widest TP allows; any size set: one replica.
+            assert count == (total // tp_s if not tp and not pp else 1)
+            assert g_tp * g_pp * count == total and (max_tp is None or g_tp <= max_tp)
             assert (tp in (0, g_tp)) and (pp in (0, g_pp)) and (pp or not tp or g_pp == 1)
             assert got["sizes_from"] == ("inventory" if tp else "recipe")
     assert refused > 0
 
 
-@pytest.mark.parametrize(("max_tp", "want"), [(16, (16, 1)), (8, (8, 2)), (None, (16, 1))])
+@pytest.mark.parametrize(("max_tp", "want"), [(16, (1, 16, 1)), (8, (2, 8, 1)), (None, (1, 16, 1))])
 def test_unset_sizes_on_16_sparks_follow_the_model(max_tp, want):
-    """Kimi-K2.5 (max TP 16) runs TP=16 on 16 Sparks, as seed 000 does; MiMo-V2.5-Pro (max TP 8) TP=8 x PP=2."""
+    """Kimi-K2.5 (max TP 16) runs TP=16 on 16 Sparks, as seed 000 does; MiMo-V2.5-Pro (max TP 8) 2 x TP=8."""
     got = plan(*nodes(16), max_tp=max_tp, model="m")
-    assert (got["tensor_parallel_size"], got["pipeline_parallel_size"]) == want and got["sizes_from"] == "recipe"
+    assert (got["replica_count"], got["tensor_parallel_size"], got["pipeline_parallel_size"]) == want
+    assert got["sizes_from"] == "recipe"
 
 
 def test_a_pp_given_alone_keeps_its_value_and_tp_takes_the_rest():
@@ -128,3 +131,40 @@ def test_a_pp_given_alone_keeps_its_value_and_tp_takes_the_rest():
     assert (got["tensor_parallel_size"], got["pipeline_parallel_size"]) == (4, 4)
     with pytest.raises(TopologyError, match="pipeline_parallel_size=3 does not divide the 16 GPUs"):
         plan(*nodes(16), 0, 3, max_tp=16, model="m")
+
+
+def test_two_replicas_each_get_a_head_and_whole_nodes_in_inventory_order():
+    got = plan(*nodes(16), max_tp=8, model="m")
+    first, second = got["replicas"]
+    assert first["head"] == got["head"] == "s0" and first["nodes"] == ["s%d" % i for i in range(8)]
+    assert second["head"] == "s8" and second["workers"] == ["s%d" % i for i in range(9, 16)]
+    assert second["head_ip"] == got["node_ips"]["s8"] and set(second["node_ips"]) == set(second["nodes"])
+    assert (second["node_count"], second["gpu_count"], second["world_size"]) == (8, 8, 8)
+    assert got["heads"] == ["s0", "s8"] and got["replica_of"]["s9"] == 1 and got["replica_of"]["s7"] == 0
+    assert (got["node_count"], got["gpu_count"]) == (16, 16)  # the whole cluster, for images and weights
+
+
+def test_replicas_set_in_the_inventory():
+    got = plan(*nodes(4), 2, 0, max_tp=8, model="m", replicas=2)
+    assert [r["nodes"] for r in got["replicas"]] == [["s0", "s1"], ["s2", "s3"]]
+    assert (got["tensor_parallel_size"], got["pipeline_parallel_size"]) == (2, 1)
+    assert plan(*nodes(4), 4, 0, max_tp=8, model="m")["replica_count"] == 1  # a size set keeps one replica
+    assert plan(*nodes(4), 0, 0, max_tp=8, model="m", replicas=1)["tensor_parallel_size"] == 4
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    (dict(replicas=3), "sparkfleet_replicas=3 does not divide the 4 GPUs of this inventory"),
+    (dict(replicas=2, tensor_parallel_size=4),
+     "= 4 ranks, but each of the 2 replicas has 2 GPUs; make them equal: for the 2 GPUs of each of the 2 replicas"),
+    (dict(replicas=-1), "replicas must be >= 1"),
+])
+def test_bad_replica_counts_name_the_field(kwargs, needle):
+    with pytest.raises(TopologyError, match=re.escape(needle)):
+        plan(*nodes(4), max_tp=8, model="m", **kwargs)
+
+
+def test_a_node_is_never_split_between_replicas():
+    heads, workers, hostvars = nodes(3)
+    hostvars["s1"]["sparkfleet_gpus_per_node"] = 2  # 4 GPUs: s0 (1), s1 (2), s2 (1)
+    with pytest.raises(TopologyError, match="the nodes s0, s1 hold 3 GPUs, more than one replica's 2"):
+        plan(heads, workers, hostvars, max_tp=8, model="m", replicas=2)
