@@ -129,3 +129,38 @@ def judge(nodes, head, states, ray_container="sparkfleet-ray", server_container=
                 for name in sorted(nodes) if seen[name]] + others
     return {"healthy": not findings, "findings": findings, "nodes": lines, "endpoint": endpoint,
             "advice": REDEPLOY if findings else ""}
+
+
+def replicas(nodes, head, states):
+    """{head name: [node names]}: the Ray clusters the nodes report (node_state's ``ray_role``), in the
+    order of ``nodes``. Every node whose Ray container is a head heads one; a worker joins the head whose IP
+    its container names; ``head`` (the inventory's) always heads one, and a node that reports no Ray role,
+    or names a head that is not a node here, is judged with it."""
+    roles = {name: (as_state(states.get(name)).get("ray_role") or {}) for name in nodes}
+    heads = [name for name in nodes if name == head or roles[name].get("role") == "head"]
+    by_ip = {nodes[name]: name for name in heads}
+    groups = {name: [name] for name in heads}
+    for name in nodes:
+        if name not in groups:
+            groups[by_ip.get(roles[name].get("head_ip"), head)].append(name)
+    return groups
+
+
+def judge_replicas(nodes, head, states, ray_container="sparkfleet-ray", server_container="sparkfleet-vllm",
+                   gpus=None):
+    """judge() for each Ray cluster that replicas() finds, merged into one verdict. With one cluster it is
+    judge() itself; with more, ``endpoint`` names each replica's head and state, and ``gpus`` is per replica."""
+    groups = replicas(nodes, head, states)
+    if len(groups) == 1:
+        return judge(nodes, head, states, ray_container, server_container, gpus)
+    verdict = {"findings": [], "nodes": {}, "endpoints": {}}
+    for name, members in groups.items():
+        one = judge({m: nodes[m] for m in members}, name, {m: states.get(m) for m in members}, ray_container,
+                    server_container, gpus)
+        verdict["findings"] += one["findings"]
+        verdict["nodes"].update(one["nodes"])
+        verdict["endpoints"][name] = one["endpoint"]
+    verdict["endpoint"] = "; ".join("%s: %s" % kv for kv in verdict["endpoints"].items())
+    verdict["healthy"] = not verdict["findings"]
+    verdict["advice"] = REDEPLOY if verdict["findings"] else ""
+    return verdict

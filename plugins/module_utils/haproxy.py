@@ -261,6 +261,15 @@ def not_up(rows, names):
     return not (missing or down), "; ".join(missing + down) or "all UP: %s" % ", ".join(names)
 
 
+def serving_without(rows, names):
+    """(whether a server other than ``names`` is UP and ready, the others' states in words)."""
+    others = [r for r in rows if r["svname"] not in names]
+    if any(is_up(r) and r.get("admin_state", "ready") == "ready" for r in others):
+        return True, ""
+    return False, "; ".join("%s, %s" % (describe(r), r.get("admin_state") or "ready") for r in others) or \
+        "no other server is in the backend"
+
+
 def open_sessions(rows, names):
     """Predicate of the wait for drained servers: (none of ``names`` has a session open, which have)."""
     by_name = {r["svname"]: r for r in rows}

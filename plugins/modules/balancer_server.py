@@ -47,6 +47,13 @@ options:
         not wait.
     type: int
     default: 0
+  keep_serving:
+    description:
+      - Before taking any server out (V(drain) or V(maint)), require another server of the backend that is UP
+        and V(ready); without one, fail before changing anything, naming each server's state, because the
+        endpoint would answer nothing. A rolling redeploy sets it.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -138,6 +145,7 @@ def main():
             states=dict(type="dict", default={}),
             wait_drained=dict(type="int", default=0),
             wait_up=dict(type="int", default=0),
+            keep_serving=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -162,6 +170,13 @@ def main():
             module.fail_json(msg="balancer_server: backend %s of %s has no server %s; it has: %s"
                                  % (p["backend"], p["name"], ", ".join(unknown), ", ".join(sorted(admin)) or "none"),
                              servers=servers)
+        leaving = {n for n, s in states.items() if s in ("drain", "maint")}
+        if p["keep_serving"] and leaving:
+            ok, why = haproxy.serving_without(servers, leaving)
+            if not ok:
+                module.fail_json(msg="balancer_server: %s not taken out of %s: %s, so the endpoint would answer "
+                                     "nothing; bring another replica back first (deploy.yml heals it)"
+                                     % (", ".join(sorted(leaving)), p["backend"], why), servers=servers)
         changes = {n: {"before": admin[n], "after": s} for n, s in sorted(states.items()) if admin[n] != s}
         result = {"changed": bool(changes), "changes": changes}
         if changes:

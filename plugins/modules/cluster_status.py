@@ -23,7 +23,9 @@ options:
     type: dict
     required: true
   head:
-    description: The Ray head's node name.
+    description:
+      - The inventory's Ray head. Every other node whose Ray container is a head heads a replica of its own,
+        judged with the workers that joined it (their containers name its IP).
     type: str
     required: true
   states:
@@ -32,7 +34,7 @@ options:
     type: dict
     required: true
   gpus:
-    description: GPUs the plan needs; defaults to one per node.
+    description: GPUs each replica needs; defaults to one per node of the replica.
     type: int
   ray_container:
     description: The Ray container's name.
@@ -79,7 +81,7 @@ nodes:
   returned: always
   type: dict
 endpoint:
-  description: The server's state in a few words.
+  description: The server's state in a few words; with replicas, each replica's head and its server's state.
   returned: always
   type: str
 advice:
@@ -110,8 +112,8 @@ def main():
     if p["head"] not in p["nodes"]:
         module.fail_json(msg="cluster_status: head %r is not among the nodes (%s)"
                          % (p["head"], ", ".join(sorted(p["nodes"]))))
-    verdict = cluster_state.judge(p["nodes"], p["head"], p["states"], p["ray_container"], p["server_container"],
-                                  p["gpus"])
+    verdict = cluster_state.judge_replicas(p["nodes"], p["head"], p["states"], p["ray_container"],
+                                           p["server_container"], p["gpus"])
     if p["fail"] and not verdict["healthy"]:
         msg = "the cluster does not serve: %s; %s" % (" | ".join(verdict["findings"]), verdict["advice"])
         module.fail_json(msg=msg, changed=False, **verdict)

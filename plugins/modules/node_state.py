@@ -38,6 +38,13 @@ options:
       (C(--port), else vLLM's 8000); empty to skip the probe.
     type: str
     default: ""
+  only_if_head:
+    description:
+      - Read Ray's table (O(ray_table)), the server (O(server_container)) and its health (O(health_host)) only
+        when this node's Ray container is a Ray head. With replicas every replica's head is one, and the
+        playbook need not know which nodes they are.
+    type: bool
+    default: false
   timeout:
     description: Seconds for the Ray table and for the health probe each.
     type: int
@@ -86,6 +93,10 @@ state:
     health:
       description: C({ok, status, url}) or C({ok, error, url}); only with O(health_host) and a server container.
       type: dict
+    ray_role:
+      description: "What this node's Ray container was started as: C({role: head}), C({role: worker, head_ip}),
+        or C({role: null}) without one."
+      type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -117,6 +128,19 @@ def _port(attrs):
     return 8000
 
 
+def ray_role(attrs):
+    """Pure: from a Ray container's command line, a head or a worker and the head it joins."""
+    argv = list((attrs.get("Config") or {}).get("Cmd") or [])
+    if "--head" in argv:
+        return {"role": "head"}
+    for i, arg in enumerate(argv):
+        address = argv[i + 1] if arg == "--address" and i + 1 < len(argv) else (
+            arg.split("=", 1)[1] if arg.startswith("--address=") else None)
+        if address:
+            return {"role": "worker", "head_ip": address.rsplit(":", 1)[0]}
+    return {"role": None}
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -128,6 +152,7 @@ def main():
             timeout=dict(type="int", default=20),
             reach_port=dict(type="int", default=6700),
             log_lines=dict(type="int", default=3000),
+            only_if_head=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -138,7 +163,10 @@ def main():
     try:
         cli = _docker.connect(timeout=p["timeout"] + 10)
         state["containers"] = {name: _container(cli, name) for name in p["containers"]}
-        if p["ray_table"]:
+        own_ray = _docker.current(cli, p["ray_container"])
+        state["ray_role"] = ray_role(own_ray.attrs) if own_ray is not None else {"role": None}
+        as_head = not p["only_if_head"] or state["ray_role"]["role"] == "head"
+        if p["ray_table"] and as_head:
             ray = _docker.current(cli, p["ray_container"])
             if ray is None or ray.status != "running":
                 state["ray"] = {"error": "the Ray container %s is not running" % p["ray_container"]}
@@ -149,7 +177,7 @@ def main():
                     state["ray"]["silent"] = fabric.silent(state["ray"]["alive_ips"], p["reach_port"])
                 except _docker.DockerFailure as exc:
                     state["ray"] = {"error": str(exc)[-600:]}
-        if p["server_container"]:
+        if p["server_container"] and as_head:
             server = _docker.current(cli, p["server_container"])
             if server is not None:
                 facts = vllm_logs.parse(_docker.logs(server, tail=p["log_lines"]))

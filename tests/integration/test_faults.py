@@ -869,28 +869,40 @@ def balancer_servers():
     return {r["svname"]: r for r in rows if r["pxname"] == "replicas" and r["svname"] not in ("FRONTEND", "BACKEND")}
 
 
+# One completion through ``url`` from inside the head node: its HTTP status, 0 for no answer at all.
+COMPLETE = ("import json, os, sys, time, urllib.request as u, urllib.error as e\n"
+            "def complete(key, url, timeout):\n"
+            "    body = {'model': 'mimo-v2.5-pro', 'max_tokens': 8, 'prompt': 'The capital of France is'}\n"
+            "    r = u.Request(url + '/v1/completions', data=json.dumps(body).encode(),\n"
+            "                  headers={'Authorization': 'Bearer ' + key, 'Content-Type': 'application/json'})\n"
+            "    try: return u.urlopen(r, timeout=timeout).status\n"
+            "    except e.HTTPError as x: return x.code\n"
+            "    except OSError: return 0\n"
+            "key = sys.stdin.readline().strip()\n")
+
+
+def in_the_head(script):
+    """Popen of a Python script in the head node; the API key (the controller's kept one) goes in on stdin,
+    never in an argv."""
+    key = (Path.home() / ".config" / "sparkfleet" / "sim-spark-00" / "api-key").read_text().strip()
+    proc = subprocess.Popen(["docker", "exec", "-i", HEAD, "python3", "-c", COMPLETE + script],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc.stdin.write(key + "\n")
+    proc.stdin.flush()
+    return proc
+
+
 def through_the_balancer(count):
-    """``count`` completions sent one after another through the balancer from the head node, as a client
-    would: the HTTP status of each (0: no answer). The key goes in on stdin, never in an argv."""
-    script = ("import json, sys, urllib.request as u, urllib.error as e\n"
-              "key = sys.stdin.read().strip()\n"
-              "for i in range(%d):\n"
-              "    r = u.Request('%s/v1/completions', data=json.dumps({'model': 'mimo-v2.5-pro', 'max_tokens': 8,\n"
-              "        'prompt': 'The capital of France is'}).encode(), headers={'Authorization': 'Bearer ' + key,\n"
-              "        'Content-Type': 'application/json'})\n"
-              "    try: print(u.urlopen(r, timeout=60).status)\n"
-              "    except e.HTTPError as x: print(x.code)\n"
-              "    except OSError: print(0)\n" % (count, BALANCER))
-    key = (Path.home() / ".config" / "sparkfleet" / "sim-spark-00" / "api-key").read_text()
-    res = sh(["docker", "exec", "-i", HEAD, "python3", "-c", script], input=key, timeout=600)
-    return [int(code) for code in res.stdout.split()]
+    """``count`` completions sent one after another through the balancer: the HTTP status of each."""
+    proc = in_the_head("for i in range(%d): print(complete(key, '%s', 60))\n" % (count, BALANCER))
+    return [int(code) for code in proc.communicate(timeout=600)[0].split()]
 
 
 def test_two_replicas_of_tp2_serve_behind_the_balancer_which_answers_through_a_lost_replica():
     """2 replicas x TP2 on the 4 nodes: each its own Ray cluster (heads sim-spark-00 and sim-spark-02), each
     proven, then proven again through HAProxy, which spreads requests over both. A replica's server killed:
     every request through the balancer still answers, HAProxy marks it DOWN, and the next deploy brings it
-    back. The default plan (one TP4 engine) then leaves no server or Ray cluster of the replicas behind."""
+    back. The redeploy tests below start from these two replicas."""
     rc, out = deploy({"sparkfleet_replicas": 2})
     assert rc == 0, out[-4000:]
     nodes = run_report(out)["nodes"]
@@ -910,15 +922,169 @@ def test_two_replicas_of_tp2_serve_behind_the_balancer_which_answers_through_a_l
     node_exec(NODES[2], "docker", "kill", "sparkfleet-vllm")
     assert through_the_balancer(10) == [200] * 10
     wait_for(lambda: balancer_servers()["replica-1"]["status"].startswith("DOWN"), 30, "HAProxy to mark replica-1 DOWN")
+    # status judges each replica against its own head, and names the one whose server is gone.
+    rc, said, out = status()
+    assert rc != 0 and re.search(r"sim-spark-02 \(172\.29\.0\.12, the Ray head\): vllm serve exited", said), said
+    assert "sim-spark-00" not in said and "sim-spark-03" not in said, said
+    assert '"endpoint": "sim-spark-00: serving; sim-spark-02: vllm serve exited' in out, out[-3000:]
+    # A rolling redeploy now would drain the only replica that answers: it refuses before touching anything.
+    client = Client()
+    rc, out = redeploy(new_recipe(96))
+    requests = client.stop()
+    assert rc != 0
+    assert re.search(r"replica-0 not taken out of replicas: replica-1 is DOWN \(check L4CON[^)]*\), ready, so the "
+                     r"endpoint would answer nothing; bring another replica back first", out), out[-4000:]
+    assert "nothing to roll back to" in out and previous_containers() == {n: [] for n in NODES}
+    assert len(requests) > 5 and failed(requests) == (0, 0.0), failed(requests)
     rc, out = deploy({"sparkfleet_replicas": 2})
     assert rc == 0, out[-4000:]
     assert {name: row["status"] for name, row in balancer_servers().items()} == {"replica-0": "UP", "replica-1": "UP"}
-    # Back to the default plan: one TP4 engine; sim-spark-02 is a worker again and serves nothing.
+    rc, said, out = status()
+    assert rc == 0 and said == "" and "endpoint: sim-spark-00: serving; sim-spark-02: serving" in out, out[-3000:]
+
+
+class Client:
+    """A bounded client that keeps sending completions through the balancer, one at a time (each at most 30 s),
+    from the head node, until stopped: what users see during a redeploy. The key goes in on stdin."""
+
+    STOP = "/tmp/sparkfleet-client-stop"
+
+    def __init__(self, url=BALANCER):
+        node_exec(HEAD, "rm", "-f", self.STOP)
+        self.proc = in_the_head("while not os.path.exists('%s'):\n"
+                                "    t = time.time()\n"
+                                "    code = complete(key, '%s', 30)\n"
+                                "    print('%%.2f %%.2f %%d' %% (t, time.time(), code), flush=True)\n"
+                                "    time.sleep(0.2)\n" % (self.STOP, url))
+
+    def stop(self):
+        """[(start, end, HTTP status or 0)] of every request sent."""
+        node_exec(HEAD, "touch", self.STOP)
+        out = self.proc.communicate(timeout=120)[0]
+        return [(float(a), float(b), int(c)) for a, b, c in (line.split() for line in out.splitlines())]
+
+
+def failed(requests):
+    bad = [r for r in requests if r[2] != 200]
+    return len(bad), (max(r[1] for r in bad) - min(r[0] for r in bad)) if bad else 0.0
+
+
+def redeploy(extra, **kw):
+    return deploy(extra, playbook="redeploy.yml", **kw)
+
+
+def previous_containers():
+    return {n: node_exec(n, "docker", "ps", "-aq", "--filter", "name=-previous$").stdout.split() for n in NODES}
+
+
+def serve_cmd(node):
+    return node_exec(node, "docker", "inspect", "--format", "{{json .Config.Cmd}} {{json .Config.Env}}",
+                     "sparkfleet-vllm").stdout
+
+
+# A new recipe: a serve flag the release knows, with other values in each test.
+def new_recipe(seqs, replicas=2):
+    return {"sparkfleet_replicas": replicas, "sparkfleet_serve_extra_args": ["--max-num-seqs", str(seqs)]}
+
+
+def test_a_rolling_redeploy_of_two_replicas_fails_no_request_through_the_balancer():
+    """A new recipe (another KV cache size) while a client keeps calling the balancer: one replica at a time
+    is drained, redeployed, gated and put back. Not one request fails; both replicas run the new recipe,
+    and no previous container is left."""
+    before = {n: started_at(n, "sparkfleet-vllm") for n in (NODES[0], NODES[2])}
+    client = Client()
+    begun = time.monotonic()
+    rc, out = redeploy(new_recipe(64))
+    took = time.monotonic() - begun
+    requests = client.stop()
+    assert rc == 0, out[-4000:]
+    assert out.count("TASK [sparkfleet.vllm.rollout : Drain the replica from the balancer") == 2
+    assert all(started_at(n, "sparkfleet-vllm") != t for n, t in before.items())
+    assert all('"--max-num-seqs","64"' in serve_cmd(n) for n in before), serve_cmd(NODES[0])
+    assert {name: row["status"] for name, row in balancer_servers().items()} == {"replica-0": "UP", "replica-1": "UP"}
+    assert previous_containers() == {n: [] for n in NODES}
+    assert len(requests) > 20 and failed(requests) == (0, 0.0), failed(requests)
+    print("rolling redeploy of 2 replicas: %d requests through the balancer, %d failed, in %.0f s"
+          % (len(requests), failed(requests)[0], took))
+
+
+def test_a_gate_that_fails_during_a_rolling_redeploy_rolls_the_replica_back_and_the_balancer_answers():
+    """The new deployment of the first replica answers garbage: its gate fails, its previous containers
+    (previous recipe) start again and go back in the balancer, the run fails naming the replica and the
+    cause, and the second replica is not touched. The balancer answers every request throughout."""
+    kept = started_at(NODES[2], "sparkfleet-vllm")
+    previous = serve_cmd(NODES[0])
+    client = Client()
+    rc, out = redeploy(dict(new_recipe(32), **fault("degenerate")))
+    requests = client.stop()
+    assert rc != 0
+    assert re.search(r'replica-0 \(head sim-spark-00, 172\.29\.0\.10\): the new deployment failed at "[^"]*": .*'
+                     r"rolled back to the previous image, recipe and weights, which answer coherently again and are "
+                     r"back in the balancer", out), out[-4000:]
+    assert "TASK [sparkfleet.vllm.rollout : Roll back - start the previous server again]" in out
+    assert serve_cmd(NODES[0]) == previous and "SPARKFLEET_SIM_FAULT" not in previous
+    assert started_at(NODES[2], "sparkfleet-vllm") == kept
+    assert {name: row["status"] for name, row in balancer_servers().items()} == {"replica-0": "UP", "replica-1": "UP"}
+    assert previous_containers() == {n: [] for n in NODES}
+    assert len(requests) > 20 and failed(requests) == (0, 0.0), failed(requests)
+    print("gate failed and rolled back: %d requests through the balancer, %d failed" % (len(requests), 0))
+
+
+def test_a_redeploy_killed_midway_leaves_the_other_replica_serving_and_the_next_one_finishes_it():
+    """The redeploy is killed (the play and every module process) while the first replica's new server boots:
+    the second replica keeps answering every request through the balancer. The next redeploy proves the
+    half-done replica, removes what was kept aside and puts it back in the balancer."""
+    change = new_recipe(48)
+    client = Client()
+    play = subprocess.Popen([str(BIN / "ansible-playbook"), "redeploy.yml", "-i", "local", "-e", json.dumps(change)],
+                            cwd=SITE, env=SITE_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        wait_for(lambda: previous_containers()[NODES[0]] and node_exec(
+            NODES[0], "docker", "ps", "-q", "--filter", "name=^sparkfleet-vllm$").stdout.strip(), 400,
+            "the new server on sim-spark-00")
+    finally:
+        os.killpg(play.pid, signal.SIGKILL)
+        play.wait(timeout=30)
+    for node in NODES:
+        node_exec(node, "pkill", "-9", "-f", "AnsiballZ")
+    time.sleep(5)
+    assert previous_containers()[NODES[0]], "nothing kept aside on sim-spark-00"
+    assert balancer_servers()["replica-1"]["status"] == "UP"
+    rc, out = redeploy(change)
+    requests = client.stop()
+    assert rc == 0, out[-4000:]
+    assert previous_containers() == {n: [] for n in NODES}
+    assert {name: row["status"] for name, row in balancer_servers().items()} == {"replica-0": "UP", "replica-1": "UP"}
+    assert len(requests) > 20 and failed(requests) == (0, 0.0), failed(requests)
+
+
+def test_one_replica_redeploy_costs_one_restart_and_rolls_back_the_same_way():
+    """Back to the default plan, one TP4 engine behind the balancer; sim-spark-02 is a worker again and serves
+    nothing. A redeploy then costs one restart (the downtime the client sees is printed), and a failing gate
+    rolls the single replica back the same way."""
     rc, out = deploy()
     assert rc == 0, out[-4000:]
     assert run_report(out)["nodes"]["sim-spark-00"]["ray"].startswith("head; cluster 4 nodes alive")
     assert node_exec(NODES[2], "docker", "ps", "-aq", "--filter", "name=^sparkfleet-vllm$").stdout.strip() == ""
     assert list(balancer_servers()) == ["replica-0"]
+    previous = serve_cmd(NODES[0])
+    client = Client()
+    rc, out = redeploy(new_recipe(64, replicas=1))
+    requests = client.stop()
+    assert rc == 0, out[-4000:]
+    count, downtime = failed(requests)
+    assert serve_cmd(NODES[0]) != previous
+    print("one replica: %d of %d requests failed, over %.1f s" % (count, len(requests), downtime))
+    previous = serve_cmd(NODES[0])
+    rc, out = redeploy(dict(new_recipe(32, replicas=1), **fault("degenerate")))
+    assert rc != 0
+    assert "rolled back to the previous image, recipe and weights, which answer coherently again" in out, out[-4000:]
+    assert serve_cmd(NODES[0]) == previous
+    assert previous_containers() == {n: [] for n in NODES}
+    # The default recipe again, for the tests that follow.
+    rc, out = deploy()
+    assert rc == 0, out[-4000:]
 
 
 def test_second_run_changes_nothing():

@@ -538,3 +538,19 @@ def test_the_build_context_holds_the_dockerfile_only():
         assert tar.getnames() == ["Dockerfile"]
         assert tar.extractfile("Dockerfile").read() == b"FROM x\n"
     assert isinstance(balancer.build_context("FROM x\n"), io.BytesIO)
+
+
+def test_keep_serving_refuses_to_drain_the_last_replica_that_is_up_and_changes_nothing(engine, running):
+    engine.health["replica-1"] = [("DOWN", "L4CON", "Connection refused", 0)]
+    running.haproxy.admin["replica-2"] = 1  # in maintenance
+    rc, res = run(balancer_server, {"states": {"replica-0": "drain"}, "keep_serving": True})
+    assert rc == 1
+    assert res["msg"].startswith("balancer_server: replica-0 not taken out of replicas: replica-1 is DOWN (check "
+                                 "L4CON: Connection refused), ready; replica-2 is ")
+    assert res["msg"].endswith(", maint, so the endpoint would answer nothing; bring another replica back first "
+                               "(deploy.yml heals it)")
+    assert not [c for c in engine.commands if c.startswith("set ")]
+    # With another replica UP and ready, the same drain goes through.
+    engine.health["replica-1"] = [("UP", "L7OK", "", 0)]
+    rc, res = run(balancer_server, {"states": {"replica-0": "drain"}, "keep_serving": True})
+    assert rc == 0 and res["changed"] is True

@@ -99,3 +99,74 @@ def test_a_node_ray_lists_alive_but_silent_on_the_fabric_is_named():
     assert verdict["findings"] == ["spark-02 (10.0.0.12): Ray lists it alive, but it gives the head no answer over "
                                    "the fabric (no answer in 5 s); check its firewall and fabric link"]
     assert not verdict["healthy"]
+
+
+def two_replicas():
+    """spark-00 heads spark-01, spark-02 heads spark-03, as node_state reports their Ray containers."""
+    states = {}
+    for head, worker in (("spark-00", "spark-01"), ("spark-02", "spark-03")):
+        ips = sorted([NODES[head], NODES[worker]])
+        states[head] = registered(
+            containers={"sparkfleet-ray": dict(RUNNING), "sparkfleet-vllm": dict(RUNNING)}, ray_role={"role": "head"},
+            ray={"alive": 2, "dead": 0, "gpus": 2, "alive_ips": ips, "dead_ips": []},
+            server={"errors": [], "stage": "serving", "rank_ips": {}},
+            health={"ok": True, "status": 200, "url": "http://%s:8000/health" % NODES[head]})
+        states[worker] = registered(containers={"sparkfleet-ray": dict(RUNNING)},
+                                    ray_role={"role": "worker", "head_ip": NODES[head]})
+    return states
+
+
+def test_each_replica_is_judged_against_its_own_head():
+    states = two_replicas()
+    want = {"spark-00": ["spark-00", "spark-01"], "spark-02": ["spark-02", "spark-03"]}
+    assert cluster_state.replicas(NODES, "spark-00", states) == want
+    verdict = cluster_state.judge_replicas(NODES, "spark-00", states)
+    assert verdict["healthy"] and verdict["endpoint"] == "spark-00: serving; spark-02: serving", verdict
+    assert verdict["nodes"]["spark-02"] == "Ray running; cluster 2 alive, 0 dead, 2 GPUs"
+    # Judged as one cluster, the second replica's nodes would be missing from the first head's table.
+    assert not cluster_state.judge(NODES, "spark-00", states)["healthy"]
+
+
+def test_a_lost_worker_of_the_second_replica_is_named_and_its_head_too():
+    states = two_replicas()
+    states["spark-03"]["state"]["containers"]["sparkfleet-ray"] = {"exists": True, "running": False,
+                                                                   "status": "exited", "exit_code": 137}
+    head = states["spark-02"]["state"]
+    head["ray"] = {"alive": 1, "dead": 1, "gpus": 1, "alive_ips": ["10.0.0.12"], "dead_ips": ["10.0.0.13"]}
+    head["health"] = {"ok": False, "error": "ConnectionRefusedError", "url": "http://10.0.0.12:8000/health"}
+    verdict = cluster_state.judge_replicas(NODES, "spark-00", states)
+    assert verdict["findings"] == [
+        "spark-02 (10.0.0.12, the Ray head): vllm serve is running but http://10.0.0.12:8000/health answers "
+        "ConnectionRefusedError",
+        "spark-03 (10.0.0.13): its Ray container sparkfleet-ray exited (exit 137); Ray lists it dead",
+    ]
+    assert verdict["endpoint"] == "spark-00: serving; spark-02: running, /health failing"
+
+
+def test_a_node_without_a_ray_role_is_judged_with_the_inventory_head():
+    states = two_replicas()
+    states["spark-03"] = registered(containers={"sparkfleet-ray": {"exists": False, "running": False}},
+                                    ray_role={"role": None})
+    assert cluster_state.replicas(NODES, "spark-00", states)["spark-00"] == ["spark-00", "spark-01", "spark-03"]
+
+
+@pytest.mark.parametrize(("argv", "want"), [
+    (["ray", "start", "--node-ip-address", "10.0.0.10", "--head", "--port", "6379"], {"role": "head"}),
+    (["ray", "start", "--address", "10.0.0.12:6379"], {"role": "worker", "head_ip": "10.0.0.12"}),
+    (["ray", "start", "--address=10.0.0.12:6379"], {"role": "worker", "head_ip": "10.0.0.12"}),
+    (["sleep", "infinity"], {"role": None}),
+])
+def test_node_state_tells_a_head_from_a_worker_by_its_ray_command_line(argv, want):
+    from ansible_collections.sparkfleet.vllm.plugins.modules import node_state
+
+    assert node_state.ray_role({"Config": {"Cmd": argv}}) == want
+
+
+def test_node_state_reads_the_command_lines_ray_node_starts():
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils import _ray
+    from ansible_collections.sparkfleet.vllm.plugins.modules import node_state
+
+    head = _ray.start_argv("head", "10.0.0.12", 6379)
+    worker = _ray.start_argv("worker", "10.0.0.13", 6379, head_ip="10.0.0.12")
+    assert node_state.ray_role({"Config": {"Cmd": head}}) == {"role": "head"}
+    assert node_state.ray_role({"Config": {"Cmd": worker}}) == {"role": "worker", "head_ip": "10.0.0.12"}

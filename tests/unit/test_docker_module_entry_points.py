@@ -19,7 +19,7 @@ from docker.errors import ImageNotFound, NotFound
 from module_runner import run
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import serve_plan
-from ansible_collections.sparkfleet.vllm.plugins.modules import ray_gate, ray_node, vllm_boot, vllm_server
+from ansible_collections.sparkfleet.vllm.plugins.modules import ray_gate, ray_node, rollout, vllm_boot, vllm_server
 
 
 def stamp(t):
@@ -60,6 +60,20 @@ class Container:
 
     def remove(self, force=False):
         self.engine.containers.items.pop(self.name, None)
+
+    def rename(self, name):
+        items = self.engine.containers.items
+        if name in items:
+            raise docker.errors.APIError("Conflict. The container name %s is already in use" % name)
+        items[name] = items.pop(self.name)
+        self.name = name
+
+    def start(self):
+        self.stopped, self.status = False, "running"
+
+    @property
+    def image(self):
+        return Image(self.attrs["Config"]["Image"])
 
 
 class Image:
@@ -386,3 +400,56 @@ def test_ray_node_polls_need_a_run_id(engine):
     rc, res = run(ray_node, dict(WORKER, run_id=""))
     assert rc == 1 and res["msg"].startswith("run_id is required with poll_seconds")
     assert engine.containers.runs == []
+
+
+def rollout_states(engine):
+    return {name: c.status for name, c in sorted(engine.containers.items.items())}
+
+
+def test_rollout_keeps_the_running_containers_aside_and_restores_them_as_they_were(engine):
+    """kept: stopped and renamed -previous; the deploy then starts new ones; restored: the new ones go, the
+    previous ones run again under the usual names, with their own image and command; a second restore finds
+    nothing left to do."""
+    for name in ("sparkfleet-vllm", "sparkfleet-ray"):
+        engine.containers.add(Container(name, image="img:1", command=["old", name]))
+    args = {"containers": ["sparkfleet-vllm", "sparkfleet-ray"]}
+    rc, res = run(rollout, dict(args, state="kept", _ansible_diff=True), check_mode=True)
+    assert rc == 0 and res["changed"] and rollout_states(engine) == {"sparkfleet-ray": "running",
+                                                                     "sparkfleet-vllm": "running"}
+    assert res["diff"]["after"]["sparkfleet-vllm"] == "absent"
+    rc, res = run(rollout, dict(args, state="kept"))
+    assert rc == 0 and res["actions"] == ["sparkfleet-vllm: stop current, rename current",
+                                          "sparkfleet-ray: stop current, rename current"]
+    assert rollout_states(engine) == {"sparkfleet-ray-previous": "exited", "sparkfleet-vllm-previous": "exited"}
+    for name in ("sparkfleet-vllm", "sparkfleet-ray"):  # what the deploy starts
+        engine.containers.add(Container(name, image="img:2", command=["new", name]))
+    rc, res = run(rollout, dict(args, state="restored"))
+    assert rc == 0 and res["changed"]
+    assert rollout_states(engine) == {"sparkfleet-ray": "running", "sparkfleet-vllm": "running"}
+    assert engine.containers.get("sparkfleet-vllm").attrs["Config"]["Cmd"] == ["old", "sparkfleet-vllm"]
+    rc, res = run(rollout, dict(args, state="restored"))
+    assert rc == 0 and not res["changed"]
+
+
+def test_rollout_discards_only_what_was_kept_and_keeps_a_second_aside_only_over_a_current_one(engine):
+    engine.containers.add(Container("sparkfleet-vllm-previous", image="img:1"))
+    rc, res = run(rollout, {"containers": ["sparkfleet-vllm", "sparkfleet-ray"], "state": "kept"})
+    assert rc == 0 and not res["changed"]  # nothing runs under the usual name: the kept one stays
+    engine.containers.add(Container("sparkfleet-vllm", image="img:2"))
+    rc, res = run(rollout, {"containers": ["sparkfleet-vllm"], "state": "kept"})
+    assert res["actions"] == ["sparkfleet-vllm: remove previous, stop current, rename current"]
+    assert engine.containers.get("sparkfleet-vllm-previous").attrs["Config"]["Image"] == "img:2"
+    rc, res = run(rollout, {"containers": ["sparkfleet-vllm", "sparkfleet-ray"], "state": "discarded"})
+    assert rc == 0 and res["changed"] and rollout_states(engine) == {}
+
+
+def test_rollout_names_the_container_and_step_that_failed(engine):
+    engine.containers.add(Container("sparkfleet-vllm-previous", image="img:1"))
+    engine.containers.add(Container("sparkfleet-vllm", image="img:2"))
+
+    def refuse(timeout=10):
+        raise docker.errors.APIError("cannot stop container: permission denied")
+
+    engine.containers.get("sparkfleet-vllm").stop = refuse
+    rc, res = run(rollout, {"containers": ["sparkfleet-vllm"], "state": "kept"})
+    assert rc == 1 and res["msg"].startswith("rollout kept: sparkfleet-vllm (stop current): cannot stop container")
