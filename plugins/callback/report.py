@@ -126,9 +126,7 @@ class CallbackModule(CallbackBase):
                                             "ray": None})
 
     def _read(self, result, failed):
-        res, action = result._result, _action(result._task)
-        # A task delegated to another node (a redeploy reaches a replica's workers from its head) is that node's.
-        host = (res.get("_ansible_delegated_vars") or {}).get("ansible_delegated_host") or result._host.get_name()
+        host, res, action = result._host.get_name(), result._result, _action(result._task)
         if failed:
             self._failure(result, res.get("msg") or res.get("progress"))
         if action is None or res.get("skipped"):

@@ -175,7 +175,8 @@ def main():
             ok, why = haproxy.serving_without(servers, leaving)
             if not ok:
                 module.fail_json(msg="balancer_server: %s not taken out of %s: %s, so the endpoint would answer "
-                                     "nothing; bring another replica back first (deploy.yml heals it)"
+                                     "nothing; bring another replica back first (deploy.yml heals one that is "
+                                     "down and puts every replica back in the balancer)"
                                      % (", ".join(sorted(leaving)), p["backend"], why), servers=servers)
         changes = {n: {"before": admin[n], "after": s} for n, s in sorted(states.items()) if admin[n] != s}
         result = {"changed": bool(changes), "changes": changes}

@@ -13,8 +13,8 @@ description:
     hold the previous image, recipe (flags, env) and weights revision exactly as they ran, so a rollback is
     starting them again; nothing has to be rebuilt or re-sent.
   - O(state=kept) stops each of O(containers) that exists and renames it C(<name>-previous), so the deploy
-    can start the new one under the usual name. A C(-previous) left from an interrupted redeploy is replaced
-    only when the container under the usual name exists (that one is what ran last).
+    can start the new one under the usual name. A C(-previous) left by an interrupted redeploy is the last
+    proven deployment, so it stays, and the container under the usual name (never proven) is removed instead.
   - O(state=restored) removes the new container and starts the C(-previous) one again under the usual name;
     a container without a C(-previous) stays as it is.
   - O(state=discarded) removes the C(-previous) containers once the new ones have passed.
@@ -84,7 +84,9 @@ def plan(state, name, current, previous):
     if state == "kept":
         if current is None:
             return []
-        return (["remove previous"] if previous else []) + ["stop current", "rename current"]
+        # A previous one still aside is the last proven deployment (an interrupted redeploy left it); the
+        # current one was never proven, so it goes and the previous one stays the rollback.
+        return ["remove current"] if previous else ["stop current", "rename current"]
     if state == "restored":
         if previous is None:
             return []
@@ -96,7 +98,7 @@ def predict(state, name, current, previous):
     """What check mode reports as the state after: the same lines _describe() writes."""
     now, prev = _describe(current), _describe(previous)
     if state == "kept" and current is not None:
-        return {name: "absent", name + SUFFIX: "exited (%s)" % current.image.id[:19]}
+        return {name: "absent", name + SUFFIX: prev if previous else "exited (%s)" % current.image.id[:19]}
     if state == "restored" and previous is not None:
         return {name: "running (%s)" % previous.image.id[:19], name + SUFFIX: "absent"}
     if state == "discarded":

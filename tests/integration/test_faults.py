@@ -934,7 +934,7 @@ def test_two_replicas_of_tp2_serve_behind_the_balancer_which_answers_through_a_l
     assert rc != 0
     assert re.search(r"replica-0 not taken out of replicas: replica-1 is DOWN \(check L4CON[^)]*\), ready, so the "
                      r"endpoint would answer nothing; bring another replica back first", out), out[-4000:]
-    assert "nothing to roll back to" in out and previous_containers() == {n: [] for n in NODES}
+    assert "nothing to roll back" in out and previous_containers() == {n: [] for n in NODES}
     assert len(requests) > 5 and failed(requests) == (0, 0.0), failed(requests)
     rc, out = deploy({"sparkfleet_replicas": 2})
     assert rc == 0, out[-4000:]
@@ -1006,6 +1006,11 @@ def test_a_rolling_redeploy_of_two_replicas_fails_no_request_through_the_balance
     assert len(requests) > 20 and failed(requests) == (0, 0.0), failed(requests)
     print("rolling redeploy of 2 replicas: %d requests through the balancer, %d failed, in %.0f s"
           % (len(requests), failed(requests)[0], took))
+    # The same redeploy again: nothing changes, so no replica is drained or restarted.
+    kept = {n: started_at(n, "sparkfleet-vllm") for n in before}
+    rc, out = redeploy(new_recipe(64))
+    assert rc == 0, out[-4000:]
+    assert {n: started_at(n, "sparkfleet-vllm") for n in before} == kept
 
 
 def test_a_gate_that_fails_during_a_rolling_redeploy_rolls_the_replica_back_and_the_balancer_answers():

@@ -548,7 +548,7 @@ def test_keep_serving_refuses_to_drain_the_last_replica_that_is_up_and_changes_n
     assert res["msg"].startswith("balancer_server: replica-0 not taken out of replicas: replica-1 is DOWN (check "
                                  "L4CON: Connection refused), ready; replica-2 is ")
     assert res["msg"].endswith(", maint, so the endpoint would answer nothing; bring another replica back first "
-                               "(deploy.yml heals it)")
+                               "(deploy.yml heals one that is down and puts every replica back in the balancer)")
     assert not [c for c in engine.commands if c.startswith("set ")]
     # With another replica UP and ready, the same drain goes through.
     engine.health["replica-1"] = [("UP", "L7OK", "", 0)]

@@ -431,20 +431,20 @@ def test_rollout_keeps_the_running_containers_aside_and_restores_them_as_they_we
     assert rc == 0 and not res["changed"]
 
 
-def test_rollout_discards_only_what_was_kept_and_keeps_a_second_aside_only_over_a_current_one(engine):
+def test_rollout_keeps_the_proven_previous_over_an_unproven_current_and_discards_what_was_kept(engine):
     engine.containers.add(Container("sparkfleet-vllm-previous", image="img:1"))
     rc, res = run(rollout, {"containers": ["sparkfleet-vllm", "sparkfleet-ray"], "state": "kept"})
     assert rc == 0 and not res["changed"]  # nothing runs under the usual name: the kept one stays
     engine.containers.add(Container("sparkfleet-vllm", image="img:2"))
     rc, res = run(rollout, {"containers": ["sparkfleet-vllm"], "state": "kept"})
-    assert res["actions"] == ["sparkfleet-vllm: remove previous, stop current, rename current"]
-    assert engine.containers.get("sparkfleet-vllm-previous").attrs["Config"]["Image"] == "img:2"
+    # The one aside is the last proven deployment; the current one (an interrupted run's) goes.
+    assert res["actions"] == ["sparkfleet-vllm: remove current"]
+    assert engine.containers.get("sparkfleet-vllm-previous").attrs["Config"]["Image"] == "img:1"
     rc, res = run(rollout, {"containers": ["sparkfleet-vllm", "sparkfleet-ray"], "state": "discarded"})
     assert rc == 0 and res["changed"] and rollout_states(engine) == {}
 
 
 def test_rollout_names_the_container_and_step_that_failed(engine):
-    engine.containers.add(Container("sparkfleet-vllm-previous", image="img:1"))
     engine.containers.add(Container("sparkfleet-vllm", image="img:2"))
 
     def refuse(timeout=10):

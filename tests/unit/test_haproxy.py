@@ -15,7 +15,8 @@ from ansible_collections.sparkfleet.vllm.plugins.module_utils import haproxy
 
 SERVERS = [{"name": "replica-0", "address": "172.29.0.10:8000"}, {"name": "replica-1", "address": "172.29.0.20:8000"}]
 
-SHOW_STAT = (
+# The header line of show stat, as HAProxy 2.6 (Debian bookworm) prints it.
+STAT_HEADER = (
     "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,eresp,wretr,wredis,statu"
     "s,weight,act,bck,chkfail,chkdown,lastchg,downtime,qlimit,pid,iid,sid,throttle,lbtot,tracked,type,rat"
     "e,rate_lim,rate_max,check_status,check_code,check_duration,hrsp_1xx,hrsp_2xx,hrsp_3xx,hrsp_4xx,hrsp_"
@@ -30,6 +31,9 @@ SHOW_STAT = (
     "eam_resp,h2_goaway_resp,h2_open_connections,h2_backend_open_streams,h2_total_connections,h2_backend_"
     "total_streams,h1_open_connections,h1_open_streams,h1_total_connections,h1_total_streams,h1_bytes_in,"
     "h1_bytes_out,h1_spliced_bytes_in,h1_spliced_bytes_out,\n"
+)
+
+SHOW_STAT = STAT_HEADER + (
     "openai_api,FRONTEND,,,2,2,9983,2,0,0,0,0,0,,,,,OPEN,,,,,,,,,1,2,0,,,,0,2,0,2,,,,0,0,0,0,0,0,,2,2,2,,"
     ",0,0,0,0,,,,,,,,,,,,,,,,,,,,,http,,2,2,2,0,0,0,0,,,0,0,,,,,,,0,,,,,,,,,-,0,0,0,0,0,0,0,0,0,0,0,0,0,0"
     ",0,0,2,2,2,2,246,184,0,0,\n"
@@ -51,21 +55,7 @@ SHOW_STAT = (
     "\n"
 )
 
-SHOW_STAT_STARTING = (
-    "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,eresp,wretr,wredis,statu"
-    "s,weight,act,bck,chkfail,chkdown,lastchg,downtime,qlimit,pid,iid,sid,throttle,lbtot,tracked,type,rat"
-    "e,rate_lim,rate_max,check_status,check_code,check_duration,hrsp_1xx,hrsp_2xx,hrsp_3xx,hrsp_4xx,hrsp_"
-    "5xx,hrsp_other,hanafail,req_rate,req_rate_max,req_tot,cli_abrt,srv_abrt,comp_in,comp_out,comp_byp,co"
-    "mp_rsp,lastsess,last_chk,last_agt,qtime,ctime,rtime,ttime,agent_status,agent_code,agent_duration,che"
-    "ck_desc,agent_desc,check_rise,check_fall,check_health,agent_rise,agent_fall,agent_health,addr,cookie"
-    ",mode,algo,conn_rate,conn_rate_max,conn_tot,intercepted,dcon,dses,wrew,connect,reuse,cache_lookups,c"
-    "ache_hits,srv_icur,src_ilim,qtime_max,ctime_max,rtime_max,ttime_max,eint,idle_conn_cur,safe_conn_cur"
-    ",used_conn_cur,need_conn_est,uweight,agg_server_status,agg_server_check_status,agg_check_status,-,ss"
-    "l_sess,ssl_reused_sess,ssl_failed_handshake,h2_headers_rcvd,h2_data_rcvd,h2_settings_rcvd,h2_rst_str"
-    "eam_rcvd,h2_goaway_rcvd,h2_detected_conn_protocol_errors,h2_detected_strm_protocol_errors,h2_rst_str"
-    "eam_resp,h2_goaway_resp,h2_open_connections,h2_backend_open_streams,h2_total_connections,h2_backend_"
-    "total_streams,h1_open_connections,h1_open_streams,h1_total_connections,h1_total_streams,h1_bytes_in,"
-    "h1_bytes_out,h1_spliced_bytes_in,h1_spliced_bytes_out,\n"
+SHOW_STAT_STARTING = STAT_HEADER + (
     "openai_api,FRONTEND,,,0,0,9983,0,0,0,0,0,0,,,,,OPEN,,,,,,,,,1,2,0,,,,0,0,0,0,,,,0,0,0,0,0,0,,0,0,0,,"
     ",0,0,0,0,,,,,,,,,,,,,,,,,,,,,http,,0,0,0,0,0,0,0,,,0,0,,,,,,,0,,,,,,,,,-,0,0,0,0,0,0,0,0,0,0,0,0,0,0"
     ",0,0,0,0,0,0,0,0,0,0,\n"
