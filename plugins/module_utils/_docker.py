@@ -191,10 +191,12 @@ def exec_text(container, argv, env=None, what=None):
 def exec_json(container, argv, env=None):
     """Run argv in a container and parse its stdout as JSON; stderr goes into the failure."""
     out = exec_text(container, argv, env)
+    last = (out.strip().splitlines() or [""])[-1]
     try:
-        return json.loads(out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        raise DockerFailure("%s in %s printed no JSON: %s" % (argv[0], container.name, out[-500:])) from None
+        return json.loads(last)
+    except ValueError:
+        shown = last if len(last) <= 600 else last[:300] + " ... " + last[-300:]
+        raise DockerFailure("%s in %s printed no JSON as its last line: %s" % (argv[0], container.name, shown)) from None
 
 
 def logs(container, tail=None):

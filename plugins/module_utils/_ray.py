@@ -10,10 +10,12 @@ from __future__ import annotations
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker
 
 NODES_SNIPPET = (
-    "import json, ray\n"
+    "import json, sys, ray\n"
     "ray.init(address='auto', logging_level='ERROR', log_to_driver=False)\n"
     "keep = ('NodeID', 'Alive', 'NodeManagerAddress', 'Resources')\n"
-    "print(json.dumps([{k: n.get(k) for k in keep} for n in ray.nodes()]))\n"
+    "table = json.dumps([{k: n.get(k) for k in keep} for n in ray.nodes()])\n"
+    # On its own line: a message that Ray's client writes to stdout without a newline must not prefix it.
+    "sys.stdout.write('\\n' + table + '\\n')\n"
 )
 
 
