@@ -157,6 +157,11 @@ class CallbackModule(CallbackBase):
                             backends=_backends(res.get("kernels")),
                             verdict="failed" if res.get("failed") else "coherent",
                             reason=_first_line(res.get("msg"), 300) if res.get("failed") else None)
+        elif action == "deploy_stamp" and res.get("unchanged"):
+            # A re-run's probe: a node as its verified deploy left it proved the endpoints it serves.
+            for url, proven in (res.get("endpoints") or {}).items():
+                endpoint = self.endpoints.setdefault(host + " balancer" if proven.get("balancer") else host, {})
+                endpoint.update(url=url, verdict="coherent", unchanged=True)
         transfer = res.get("transfer")
         # The sender's last poll holds the transfer (the receivers' polls end in their own phases).
         if action == "job_progress" and res.get("phase") == "sent" and isinstance(transfer, dict) \
@@ -249,6 +254,7 @@ class CallbackModule(CallbackBase):
             backends = ", ".join("%s=%s" % kv for kv in sorted((e.get("backends") or {}).items())) or "-"
             show("endpoint %s: %s; boot %s s (%s); backends %s; verdict %s%s" % (
                 host, e.get("url") or "-", e.get("boot_s") or "-", e.get("stage") or "-", backends,
-                e.get("verdict") or "not checked", ": %s" % e["reason"] if e.get("reason") else ""))
+                e.get("verdict") or "not checked", ": %s" % e["reason"] if e.get("reason") else
+                " (a re-run that changed nothing: proven by its probe)" if e.get("unchanged") else ""))
         for f in report["failures"]:
             show("failed: %s, task %r: %s" % (f["host"], f["task"], f["msg"]))

@@ -196,7 +196,8 @@ def exec_json(container, argv, env=None):
         return json.loads(last)
     except ValueError:
         shown = last if len(last) <= 600 else last[:300] + " ... " + last[-300:]
-        raise DockerFailure("%s in %s printed no JSON as its last line: %s" % (argv[0], container.name, shown)) from None
+        raise DockerFailure("%s in %s printed no JSON as its last line: %s"
+                            % (argv[0], container.name, shown)) from None
 
 
 def logs(container, tail=None):

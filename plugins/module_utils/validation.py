@@ -36,6 +36,14 @@ RECIPE_OPTIONAL = {"quantization": str, "expect_mxfp8": bool, "mxfp8_linear_kern
 GPUS_PER_SPARK = 1
 
 
+class PlanFailure(Exception):
+    """A planner's refusal (its message names the field and the fix), with extra result keys."""
+
+    def __init__(self, msg, **extra):
+        super().__init__(msg)
+        self.extra = extra
+
+
 def _type_name(value):
     return "a boolean" if isinstance(value, bool) else "a %s" % type(value).__name__
 

@@ -56,24 +56,30 @@ env:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.timeouts import plan
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.validation import PlanFailure
+
+ARGUMENT_SPEC = dict(
+    node_count=dict(type="int", required=True),
+    model_bytes=dict(type="int", default=0),
+    read_bps=dict(type="float", default=1.0e9),
+    overrides=dict(type="dict", default={}),
+)
+
+
+def compute(p):
+    """The result from validated parameters; the action plugin of the same name runs it on the controller."""
+    try:
+        return {"changed": False, "env": plan(p["node_count"], p["model_bytes"], p["read_bps"], p["overrides"])}
+    except ValueError as exc:
+        raise PlanFailure("ray_tuning: %s" % exc) from None
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            node_count=dict(type="int", required=True),
-            model_bytes=dict(type="int", default=0),
-            read_bps=dict(type="float", default=1.0e9),
-            overrides=dict(type="dict", default={}),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
-        env = plan(p["node_count"], p["model_bytes"], p["read_bps"], p["overrides"])
-    except ValueError as exc:
-        module.fail_json(msg="ray_tuning: %s" % exc)
-    module.exit_json(changed=False, env=env)
+        module.exit_json(**compute(module.params))
+    except PlanFailure as exc:
+        module.fail_json(msg=str(exc), **exc.extra)
 
 
 if __name__ == "__main__":

@@ -100,30 +100,35 @@ plan:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.topology import TopologyError, plan
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.validation import PlanFailure
+
+ARGUMENT_SPEC = dict(
+    heads=dict(type="list", elements="str", required=True),
+    workers=dict(type="list", elements="str", default=[]),
+    hostvars=dict(type="dict", required=True),
+    tensor_parallel_size=dict(type="int", default=0),
+    pipeline_parallel_size=dict(type="int", default=0),
+    max_tp=dict(type="int"),
+    model=dict(type="str", default=""),
+    replicas=dict(type="int", default=0),
+)
+
+
+def compute(p):
+    """The result from validated parameters; the action plugin of the same name runs it on the controller."""
+    try:
+        return {"changed": False, "plan": plan(p["heads"], p["workers"], p["hostvars"], p["tensor_parallel_size"],
+                                               p["pipeline_parallel_size"], p["max_tp"], p["model"], p["replicas"])}
+    except TopologyError as exc:
+        raise PlanFailure("inventory: %s" % exc) from None
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            heads=dict(type="list", elements="str", required=True),
-            workers=dict(type="list", elements="str", default=[]),
-            hostvars=dict(type="dict", required=True),
-            tensor_parallel_size=dict(type="int", default=0),
-            pipeline_parallel_size=dict(type="int", default=0),
-            max_tp=dict(type="int"),
-            model=dict(type="str", default=""),
-            replicas=dict(type="int", default=0),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
-        result = plan(p["heads"], p["workers"], p["hostvars"], p["tensor_parallel_size"],
-                      p["pipeline_parallel_size"], p["max_tp"], p["model"],
-                      p["replicas"])
-    except TopologyError as exc:
-        module.fail_json(msg="inventory: %s" % exc)
-    module.exit_json(changed=False, plan=result)
+        module.exit_json(**compute(module.params))
+    except PlanFailure as exc:
+        module.fail_json(msg=str(exc), **exc.extra)
 
 
 if __name__ == "__main__":

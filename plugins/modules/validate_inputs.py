@@ -76,26 +76,32 @@ findings:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils.validation import check_inputs
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.validation import PlanFailure, check_inputs
+
+ARGUMENT_SPEC = dict(
+    settings=dict(type="dict", required=True),
+    recipe=dict(type="dict", required=True),
+    nodes=dict(type="dict", required=True),
+    ports=dict(type="dict", default={}),
+    ray_port=dict(type="int", default=6379),
+)
+
+
+def compute(p):
+    """The result from validated parameters; the action plugin of the same name runs it on the controller."""
+    findings = check_inputs(p["settings"], p["recipe"], p["nodes"], p["ports"], p["ray_port"])
+    if findings:
+        raise PlanFailure("%d problem(s) in the deploy's inputs, nothing was changed:\n- %s"
+                          % (len(findings), "\n- ".join(findings)), findings=findings)
+    return {"changed": False, "findings": []}
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            settings=dict(type="dict", required=True),
-            recipe=dict(type="dict", required=True),
-            nodes=dict(type="dict", required=True),
-            ports=dict(type="dict", default={}),
-            ray_port=dict(type="int", default=6379),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    findings = check_inputs(p["settings"], p["recipe"], p["nodes"], p["ports"], p["ray_port"])
-    if findings:
-        module.fail_json(msg="%d problem(s) in the deploy's inputs, nothing was changed:\n- %s"
-                             % (len(findings), "\n- ".join(findings)), findings=findings)
-    module.exit_json(changed=False, findings=[])
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    try:
+        module.exit_json(**compute(module.params))
+    except PlanFailure as exc:
+        module.fail_json(msg=str(exc), **exc.extra)
 
 
 if __name__ == "__main__":

@@ -179,8 +179,7 @@ kernels:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import text_quality, vllm_logs
-from ansible_collections.sparkfleet.vllm.plugins.module_utils._http import request
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import endpoint, vllm_logs
 
 FLAG_FACTS = {"--moe-backend": "moe_backend", "--attention-backend": "attention_backend",
               "--kv-cache-dtype": "kv_cache_dtype", "--quantization": "quantization", "-q": "quantization"}
@@ -205,32 +204,13 @@ def expected_kernels(params):
     return expected
 
 
-def run_probe(base, name, probe, api_key, timeout, validate_certs=True):
-    if probe["kind"] == "chat":
-        body = {"model": name, "messages": [{"role": "user", "content": probe["prompt"]}],
-                "max_tokens": probe["max_tokens"], "temperature": 0.0}
-        status, reply = request(base + "/v1/chat/completions", body, api_key, timeout, validate_certs)
-        text = reply["choices"][0]["message"]["content"] if status == 200 else None
-    else:
-        body = {"model": name, "prompt": probe["prompt"], "max_tokens": probe["max_tokens"], "temperature": 0.0}
-        status, reply = request(base + "/v1/completions", body, api_key, timeout, validate_certs)
-        text = reply["choices"][0]["text"] if status == 200 else None
-    return status, reply, text
-
-
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             url=dict(type="str", required=True),
             served_model_name=dict(type="str", required=True),
             api_key=dict(type="str", no_log=True),
-            probes=dict(type="list", elements="dict", required=True, options=dict(
-                prompt=dict(type="str", required=True),
-                expect_any=dict(type="list", elements="str", default=[]),
-                kind=dict(type="str", choices=["completion", "chat"], default="completion"),
-                max_tokens=dict(type="int", default=16, no_log=False),
-                scripts=dict(type="list", elements="str"),
-            )),
+            probes=dict(type="list", elements="dict", required=True, options=endpoint.PROBE_OPTIONS),
             scripts=dict(type="list", elements="str", default=["latin"]),
             container_name=dict(type="str", default=""),
             log_file=dict(type="path"),
@@ -250,33 +230,9 @@ def main():
     )
     p = module.params
     base = p["url"].rstrip("/")
-    problems, answers, models, out = [], [], [], {}
-    try:
-        status, _unused = request(base + "/health", None, None, p["timeout"], p["validate_certs"])
-        if status != 200:
-            problems.append("/health answered %s" % status)
-        status, reply = request(base + "/v1/models", None, p["api_key"], p["timeout"], p["validate_certs"])
-        if status == 200 and isinstance(reply, dict):
-            models = [m.get("id") for m in reply.get("data", [])]
-            if p["served_model_name"] not in models:
-                problems.append("/v1/models lists %s, not %s" % (models, p["served_model_name"]))
-        else:
-            problems.append("/v1/models answered %s" % status)
-        for probe in p["probes"]:
-            status, reply, text = run_probe(base, p["served_model_name"], probe, p["api_key"], p["timeout"],
-                                            p["validate_certs"])
-            if text is None:
-                problems.append("probe %r: HTTP %s %s" % (probe["prompt"], status, str(reply)[:200]))
-                answers.append({"prompt": probe["prompt"], "status": status, "ok": False})
-                continue
-            verdict = text_quality.assess(text, probe["expect_any"], tuple(probe["scripts"] or p["scripts"]))
-            answers.append({"prompt": probe["prompt"], "answer": text, "ok": verdict["ok"],
-                            "reasons": verdict["reasons"], "metrics": verdict["metrics"]})
-            if not verdict["ok"]:
-                problems.append("probe %r answered %r: %s"
-                                % (probe["prompt"], text[:120], "; ".join(verdict["reasons"])))
-    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
-        problems.append("endpoint %s: %s: %s" % (base, type(exc).__name__, exc))
+    problems, answers, models = endpoint.prove(base, p["served_model_name"], p["probes"], p["api_key"], p["timeout"],
+                                               p["validate_certs"], tuple(p["scripts"]))
+    out = {}
     log = None
     if p["log_file"]:
         try:

@@ -150,14 +150,18 @@ def recap(out):
 
 
 def test_check_diff_on_the_deployed_cluster_predicts_no_change_and_changes_nothing():
+    """Both paths of a check run on a deployed cluster predict nothing and change nothing: the no-op one (the
+    probe finds every node as stamped) and the full one (every step's own prediction)."""
     rc, out = deploy()  # the cluster as a plain deploy leaves it (the test before left a fault switched on)
     assert rc == 0, out[-4000:]
     before = cluster_state()
-    rc, out = deploy(args=("--check", "--diff"))
-    assert rc == 0, out[-4000:]
-    lines = recap(out)
-    assert lines and all("changed=0" in line for line in lines.values()), json.dumps(lines)
-    assert cluster_state() == before
+    for args, path in (((), "nothing is built, sent or started"),
+                       (("-e", "sparkfleet_skip_unchanged=false"), "sparkfleet_skip_unchanged is false")):
+        rc, out = deploy(args=("--check", "--diff", *args))
+        assert rc == 0 and path in out, out[-4000:]
+        lines = recap(out)
+        assert lines and all("changed=0" in line for line in lines.values()), json.dumps(lines)
+        assert cluster_state() == before
 
 
 def test_check_mode_for_a_new_controller_generates_no_secret_and_predicts_the_new_ones(tmp_path):
@@ -662,8 +666,9 @@ def test_ray_refuses_a_client_without_the_token_and_the_token_shows_nowhere():
 
 
 def test_image_reports_each_patch_verdict():
-    """vLLM 0.34.0 (the local image) carries two of seed 004's fixes itself; the other two still apply."""
-    rc, out = deploy()
+    """vLLM 0.34.0 (the local image) carries two of seed 004's fixes itself; the other two still apply. (The
+    cluster is as the last deploy left it, so only the full path, asked for, runs the image step.)"""
+    rc, out = deploy(args=("-e", "sparkfleet_skip_unchanged=false"))
     assert rc == 0
     for pid in ("marlin_chunked_repack", "modelopt_mxfp8_dispatch"):
         assert f"{pid}: fixed upstream (skipped)" in out
@@ -1098,10 +1103,27 @@ def test_one_replica_redeploy_costs_one_restart_and_rolls_back_the_same_way():
 
 
 def test_second_run_changes_nothing():
+    """A re-run with nothing new: one probe per node finds it as stamped and proves the endpoints, and no other
+    step runs. A weights file touched on a worker (same bytes, new time) takes the run down the full path,
+    which names it, re-verifies the weights and still changes nothing; the run after that is a no-op again."""
     rc, out = deploy()
-    assert rc == 0
-    recap = [line for line in out.splitlines() if "changed=" in line and "ok=" in line]
-    assert recap and all("changed=0" in line for line in recap), json.dumps(recap)
+    assert rc == 0, out[-4000:]
+    lines = recap(out)
+    assert lines and all("changed=0" in line for line in lines.values()), json.dumps(lines)
+    assert "nothing is built, sent or started" in out and "Paris" in out, out[-4000:]
+    assert "PLAY [Serve the model over Ray]" in out and "TASK [sparkfleet.vllm.vllm_serve" not in out
+    endpoints = run_report(out)["endpoints"]
+    assert endpoints["sim-spark-00"]["verdict"] == "coherent" and endpoints["sim-spark-00"]["unchanged"]
+    blob = node_exec(NODES[3], "sh", "-c", "ls -d %s/blobs/* | head -1" % REPO_DIR).stdout.strip()
+    node_exec(NODES[3], "touch", blob)
+    rc, out = deploy()
+    assert rc == 0, out[-4000:]
+    assert re.search(r"sim-spark-03: /root/\.cache/huggingface/hub/models--\S+\s+changed", out), out[-6000:]
+    assert "TASK [sparkfleet.vllm.vllm_serve" in out and "nothing is built, sent or started" not in out
+    lines = recap(out)
+    assert all("changed=0" in line for line in lines.values()), json.dumps(lines)
+    rc, out = deploy()
+    assert rc == 0 and "nothing is built, sent or started" in out, out[-4000:]
 
 
 def test_the_installed_artifact_deploys_by_fqcn_on_the_cluster(tmp_path):
@@ -1121,6 +1143,6 @@ def test_the_installed_artifact_deploys_by_fqcn_on_the_cluster(tmp_path):
     assert sorted(lines) == ["localhost"] + ["sim-spark-0%d" % i for i in range(4)]
     assert all("changed=0" in line and "failed=0" in line for line in lines.values()), json.dumps(lines)
     # The roles that ran are the installed copy's, never the checkout's.
-    assert str(installed / "roles" / "vllm_serve") in out and str(REPO / "roles") not in out
+    assert str(installed / "roles" / "validate") in out and str(REPO / "roles") not in out
     assert str(REPO / "collections") not in out
     assert run_report(out)["endpoints"]["sim-spark-00"]["verdict"] == "coherent"

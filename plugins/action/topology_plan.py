@@ -1,0 +1,9 @@
+# Copyright: sparkfleet maintainers. MIT License (see LICENSE).
+"""The topology_plan module, run on the controller in-process (plugin_utils.in_process says why)."""
+
+from __future__ import annotations
+
+from ansible_collections.sparkfleet.vllm.plugins.modules.topology_plan import ARGUMENT_SPEC, compute
+from ansible_collections.sparkfleet.vllm.plugins.plugin_utils.in_process import action_for
+
+ActionModule = action_for(ARGUMENT_SPEC, compute)
