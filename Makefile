@@ -12,12 +12,13 @@ export ANSIBLE_FORCE_COLOR ?= 0
 export PY_COLORS ?= 0
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help deps host demo test lint unit integration sim-up sim-down sim-images bench bench-verdicts bench-weights bench-noop patch-verdicts \
+.PHONY: help deps host demo test test-16 lint unit integration sim-up sim-down sim-images bench bench-verdicts bench-weights bench-noop patch-verdicts \
 	gpu-wheels gpu-stage gpu-check sanity
 
 help:
 	@echo "make demo      simulated 4-node cluster + deploy_mimo.yml, prints the endpoint's answers"
 	@echo "make test      ruff + ansible-lint + ansible-test sanity + unit tests + molecule (on the simulated cluster)"
+	@echo "make test-16   16 simulated nodes: MiMo 2 x TP8, a no-op re-run, a rolling redeploy, Kimi TP16 (not in make test)"
 	@echo "make lint | sanity | unit | sim-up N=4 | sim-down | bench | bench-weights | bench-verdicts | bench-noop"
 	@echo "make patch-verdicts VLLM_SRC=DIR   each patch's verdict for a vLLM source tree, as JSON (writes nothing)"
 	@echo "make gpu-wheels (networked) | gpu-stage | gpu-check OUT=DIR (GPU host, offline): real vLLM tier"
@@ -62,6 +63,10 @@ sanity: deps
 
 test: deps host lint sanity
 	$(BIN)/pytest -q -p no:cacheprovider --durations=20 tests
+
+# The 16-node suite: its own simulated cluster, so never while another one runs (make test's, make demo's).
+test-16: deps host
+	SPARKFLEET_TEST_16=1 $(BIN)/pytest -q -s -p no:cacheprovider --durations=0 tests/integration/test_sixteen.py
 
 bench: deps host
 	$(BIN)/python benchmarks/image_distribution.py

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import haproxy
+
 _ON_IP = re.compile(r"\(on ([0-9A-Fa-f.:]+)\)")
 
 
@@ -152,15 +154,37 @@ def judge_replicas(nodes, head, states, ray_container="sparkfleet-ray", server_c
     judge() itself; with more, ``endpoint`` names each replica's head and state, and ``gpus`` is per replica."""
     groups = replicas(nodes, head, states)
     if len(groups) == 1:
-        return judge(nodes, head, states, ray_container, server_container, gpus)
-    verdict = {"findings": [], "nodes": {}, "endpoints": {}}
-    for name, members in groups.items():
-        one = judge({m: nodes[m] for m in members}, name, {m: states.get(m) for m in members}, ray_container,
-                    server_container, gpus)
-        verdict["findings"] += one["findings"]
-        verdict["nodes"].update(one["nodes"])
-        verdict["endpoints"][name] = one["endpoint"]
-    verdict["endpoint"] = "; ".join("%s: %s" % kv for kv in verdict["endpoints"].items())
+        verdict = judge(nodes, head, states, ray_container, server_container, gpus)
+    else:
+        verdict = {"findings": [], "nodes": {}, "endpoints": {}}
+        for name, members in groups.items():
+            one = judge({m: nodes[m] for m in members}, name, {m: states.get(m) for m in members}, ray_container,
+                        server_container, gpus)
+            verdict["findings"] += one["findings"]
+            verdict["nodes"].update(one["nodes"])
+            verdict["endpoints"][name] = one["endpoint"]
+        verdict["endpoint"] = "; ".join("%s: %s" % kv for kv in verdict["endpoints"].items())
+    verdict["findings"] += balancer_findings(nodes, states)
     verdict["healthy"] = not verdict["findings"]
     verdict["advice"] = REDEPLOY if verdict["findings"] else ""
     return verdict
+
+
+def balancer_findings(nodes, states):
+    """A finding for the balancer's node when HAProxy cannot be read, or holds a replica out by an admin state
+    (drain, maint): the endpoint answers with fewer replicas than the plan's. A replica DOWN for its health
+    check is its head's finding, not the balancer's."""
+    out = []
+    for name in nodes:
+        balancer = as_state(states.get(name)).get("balancer")
+        if not balancer:
+            continue
+        if "error" in balancer:
+            said = "the balancer cannot be read: %s" % balancer["error"]
+        else:
+            held = haproxy.held_out(balancer.get("servers") or [])
+            said = ("%s; a redeploy that stopped after draining a replica leaves it so" % "; ".join(held)
+                    if held else "")
+        if said:
+            out.append("%s (%s, the balancer): %s" % (name, nodes[name], said))
+    return out

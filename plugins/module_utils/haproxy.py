@@ -16,6 +16,8 @@ import csv
 import hashlib
 import re
 
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker
+
 FRONTEND = "openai_api"
 BACKEND = "replicas"
 SOCKET = "/run/haproxy/admin.sock"
@@ -299,3 +301,17 @@ def observe(ask, backend=BACKEND):
     state = parse_servers_state(ask("show servers state %s" % backend))
     admin = {r["srv_name"]: admin_state(r) for r in state if r.get("be_name") == backend}
     return summary(parse_stat(ask("show stat")), backend, admin)
+
+
+def held_out(rows):
+    """Pure: each server of ``rows`` (observe()'s) that an admin state keeps out of the balancer, in words:
+    ``replica-1 is held out (drain)``. A server that is DOWN for its health check is its head's finding."""
+    return ["%s is held out (%s)" % (r["svname"], r.get("admin_state")) for r in rows
+            if r.get("admin_state") not in (None, "ready")]
+
+
+def read(container, backend=BACKEND):
+    """observe() on the runtime API of the balancer in ``container`` (docker exec + socat)."""
+    return observe(lambda command: _docker.exec_text(container, runtime_argv(command),
+                                                     what="%s on the runtime API" % command), backend)
+

@@ -221,8 +221,7 @@ def _balancer(cli, name, backend):
     if container is None:
         return ["balancer %s is gone" % name]
     try:
-        rows = haproxy.observe(lambda command: _docker.exec_text(container, haproxy.runtime_argv(command),
-                                                                 what="%s on the runtime API" % command), backend)
+        rows = haproxy.read(container, backend)
     except (ValueError, _docker.DockerFailure) as exc:
         return ["balancer %s cannot be read: %s" % (name, str(exc)[-300:])]
     out = ["balancer: %s, %s" % (haproxy.describe(r), r.get("admin_state")) for r in rows

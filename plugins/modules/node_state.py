@@ -54,6 +54,11 @@ options:
       alive whether it answers over the fabric at all, 5 s each, all at once; C(0) asks none."
     type: int
     default: 6700
+  balancer_container:
+    description: The balancer's container on this node, whose servers (each replica's state in HAProxy, and
+      its admin state) are read through HAProxy's runtime API; empty for none.
+    type: str
+    default: ""
   log_lines:
     description: How many of the server log's last lines to read.
     type: int
@@ -93,6 +98,10 @@ state:
     health:
       description: C({ok, status, url}) or C({ok, error, url}); only with O(health_host) and a server container.
       type: dict
+    balancer:
+      description: With O(balancer_container), C({servers}) (each with C(svname), C(status), C(check_status) and
+        C(admin_state)) or C({error}).
+      type: dict
     ray_role:
       description: "What this node's Ray container was started as: C({role: head}), C({role: worker, head_ip}),
         or C({role: null}) without one."
@@ -101,7 +110,15 @@ state:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, _http, _ray, fabric, ray_state, vllm_logs
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import (
+    _docker,
+    _http,
+    _ray,
+    fabric,
+    haproxy,
+    ray_state,
+    vllm_logs,
+)
 
 
 def _container(cli, name):
@@ -153,6 +170,7 @@ def main():
             reach_port=dict(type="int", default=6700),
             log_lines=dict(type="int", default=3000),
             only_if_head=dict(type="bool", default=False),
+            balancer_container=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
@@ -184,6 +202,14 @@ def main():
                 state["server"] = {"errors": facts["errors"], "stage": facts["stage"], "rank_ips": facts["rank_ips"]}
                 if p["health_host"]:
                     health_url = "http://%s:%d/health" % (p["health_host"], _port(server.attrs))
+        if p["balancer_container"]:
+            balancer = _docker.current(cli, p["balancer_container"])
+            try:
+                state["balancer"] = ({"servers": haproxy.read(balancer)} if balancer is not None and
+                                     balancer.status == "running" else
+                                     {"error": "the balancer container %s is not running" % p["balancer_container"]})
+            except (ValueError, _docker.DockerFailure) as exc:
+                state["balancer"] = {"error": str(exc)[-600:]}
     except _docker.DockerFailure as exc:
         module.fail_json(msg="node_state: %s" % exc, state=state)
     if health_url:

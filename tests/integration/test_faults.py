@@ -951,6 +951,16 @@ def test_two_replicas_of_tp2_serve_behind_the_balancer_which_answers_through_a_l
     assert {name: row["status"] for name, row in balancer_servers().items()} == {"replica-0": "UP", "replica-1": "UP"}
     rc, said, out = status()
     assert rc == 0 and said == "" and "endpoint: sim-spark-00: serving; sim-spark-02: serving" in out, out[-3000:]
+    # A replica left drained (a redeploy that stopped after draining it): status names the balancer's node,
+    # the re-run's probe sees it and takes the full path, whose balancer role puts the replica back.
+    node_exec(HEAD, "docker", "exec", "sparkfleet-balancer", "sh", "-c",
+              "echo 'set server replicas/replica-1 state drain' | socat stdio /run/haproxy/admin.sock")
+    rc, said, out = status()
+    assert rc != 0 and "sim-spark-00 (172.29.0.10, the balancer): replica-1 is held out (drain)" in said, said
+    rc, out = deploy({"sparkfleet_replicas": 2})
+    assert rc == 0 and "balancer: replica-1 is DRAIN" in " ".join(out.split()), out[-4000:]
+    rc, said, out = status()
+    assert rc == 0 and said == "", out[-3000:]
 
 
 class Client:
@@ -1084,6 +1094,13 @@ def test_one_replica_redeploy_costs_one_restart_and_rolls_back_the_same_way():
     assert node_exec(NODES[2], "docker", "ps", "-aq", "--filter", "name=^sparkfleet-vllm$").stdout.strip() == ""
     assert list(balancer_servers()) == ["replica-0"]
     previous = serve_cmd(NODES[0])
+    # Two replicas where one runs: a new layout is deploy.yml's; the redeploy refuses it before touching a node.
+    rc, out = redeploy(new_recipe(64, replicas=2))
+    said = " ".join(out.split())
+    assert rc != 0
+    assert "sim-spark-02 runs Ray as a worker of 172.29.0.10, but this run's plan makes it the head of " \
+           "replica-1" in said, out[-4000:]
+    assert "Run deploy.yml to change the layout" in said and serve_cmd(NODES[0]) == previous, out[-4000:]
     client = Client()
     rc, out = redeploy(new_recipe(64, replicas=1))
     requests = client.stop()

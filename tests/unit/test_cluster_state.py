@@ -170,3 +170,30 @@ def test_node_state_reads_the_command_lines_ray_node_starts():
     worker = _ray.start_argv("worker", "10.0.0.13", 6379, head_ip="10.0.0.12")
     assert node_state.ray_role({"Config": {"Cmd": head}}) == {"role": "head"}
     assert node_state.ray_role({"Config": {"Cmd": worker}}) == {"role": "worker", "head_ip": "10.0.0.12"}
+
+
+def servers(**admin):
+    """Summary rows of the balancer's backend as node_state reads them: replica -> admin state."""
+    return [{"svname": name, "status": "UP", "check_status": "L7OK", "admin_state": state}
+            for name, state in admin.items()]
+
+
+def test_a_replica_held_out_of_the_balancer_is_a_finding_of_the_balancers_node():
+    states = two_replicas()
+    states["spark-00"]["state"]["balancer"] = {"servers": servers(**{"replica-0": "ready", "replica-1": "ready"})}
+    assert cluster_state.judge_replicas(NODES, "spark-00", states)["healthy"]
+    states["spark-00"]["state"]["balancer"] = {"servers": servers(**{"replica-0": "ready", "replica-1": "drain"})}
+    verdict = cluster_state.judge_replicas(NODES, "spark-00", states)
+    assert verdict["findings"] == ["spark-00 (10.0.0.10, the balancer): replica-1 is held out (drain); a redeploy "
+                                   "that stopped after draining a replica leaves it so"]
+    assert verdict["advice"] == cluster_state.REDEPLOY
+    # A replica DOWN for its health check is its head's finding; the balancer adds none for it.
+    states["spark-00"]["state"]["balancer"] = {"servers": [dict(servers(**{"replica-1": "ready"})[0],
+                                                                status="DOWN", check_status="L4CON")]}
+    assert cluster_state.judge_replicas(NODES, "spark-00", states)["healthy"]
+    # One replica (judge() alone) gets the balancer's findings too, and an unreadable HAProxy is one.
+    states = healthy_states()
+    states["spark-00"]["state"]["balancer"] = {"error": "the balancer container sparkfleet-balancer is not running"}
+    assert cluster_state.judge_replicas(NODES, "spark-00", states)["findings"] == [
+        "spark-00 (10.0.0.10, the balancer): the balancer cannot be read: the balancer container sparkfleet-balancer "
+        "is not running"]
