@@ -314,4 +314,3 @@ def read(container, backend=BACKEND):
     """observe() on the runtime API of the balancer in ``container`` (docker exec + socat)."""
     return observe(lambda command: _docker.exec_text(container, runtime_argv(command),
                                                      what="%s on the runtime API" % command), backend)
-

@@ -80,7 +80,7 @@ def test_mimo_on_sixteen_nodes_is_two_replicas_of_tp8_behind_the_balancer(sixtee
 
 def test_a_noop_rerun_on_sixteen_nodes_against_a_facts_only_play(sixteen):
     noop, facts = [], []
-    for _ in range(3):
+    for _run in range(3):
         rc, secs, out = play("deploy_mimo.yml")
         assert rc == 0 and "nothing is built, sent or started" in out, out[-5000:]
         assert all("changed=0" in line for line in recap(out).values()), recap(out)
