@@ -11,6 +11,8 @@ from __future__ import annotations
 import ipaddress
 import re
 
+from ansible.module_utils.basic import AnsibleModule
+
 from ansible_collections.sparkfleet.vllm.plugins.module_utils._ray import port_plan
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.serve_plan import OWNED, SECRET_FLAGS, flag_name
 
@@ -42,6 +44,16 @@ class PlanFailure(Exception):
     def __init__(self, msg, **extra):
         super().__init__(msg)
         self.extra = extra
+
+
+def planner_main(argument_spec, compute):
+    """A planner module's main(): its result is ``compute(params)``, a PlanFailure its failure. (The same
+    ``compute`` runs on the controller in-process through the planner's action plugin.)"""
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    try:
+        module.exit_json(**compute(module.params))
+    except PlanFailure as exc:
+        module.fail_json(msg=str(exc), **exc.extra)
 
 
 def _type_name(value):

@@ -82,33 +82,7 @@ options:
     description: Bearer key for C(/v1).
     type: str
   probes:
-    description: The recipe's probes, as M(sparkfleet.vllm.vllm_check) takes them.
-    type: list
-    elements: dict
     default: []
-    suboptions:
-      prompt:
-        description: The prompt (or the user message for C(kind=chat)).
-        type: str
-        required: true
-      expect_any:
-        description: Words of which the answer must contain one (case-insensitive).
-        type: list
-        elements: str
-        default: []
-      kind:
-        description: Completion or chat completion.
-        type: str
-        choices: [completion, chat]
-        default: completion
-      max_tokens:
-        description: Tokens to generate.
-        type: int
-        default: 16
-      scripts:
-        description: The Unicode scripts this probe's answer is written in (default C([latin])).
-        type: list
-        elements: str
   balancer_container:
     description: With O(state=check), the balancer's container on this node, whose every server must be ready
       (not drained or in maintenance) and UP in HAProxy; empty for none.
@@ -123,6 +97,7 @@ options:
     type: int
     default: 10
 extends_documentation_fragment:
+  - sparkfleet.vllm.probes
   - sparkfleet.vllm.attributes
 attributes:
   check_mode:

@@ -53,10 +53,8 @@ env:
   sample: {RAY_agent_register_timeout_ms: "900000", VLLM_RPC_TIMEOUT: "14400000"}
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.timeouts import plan
-from ansible_collections.sparkfleet.vllm.plugins.module_utils.validation import PlanFailure
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.validation import PlanFailure, planner_main
 
 ARGUMENT_SPEC = dict(
     node_count=dict(type="int", required=True),
@@ -75,11 +73,7 @@ def compute(p):
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    try:
-        module.exit_json(**compute(module.params))
-    except PlanFailure as exc:
-        module.fail_json(msg=str(exc), **exc.extra)
+    planner_main(ARGUMENT_SPEC, compute)
 
 
 if __name__ == "__main__":

@@ -97,10 +97,8 @@ plan:
     heads: [spark-00]
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.topology import TopologyError, plan
-from ansible_collections.sparkfleet.vllm.plugins.module_utils.validation import PlanFailure
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.validation import PlanFailure, planner_main
 
 ARGUMENT_SPEC = dict(
     heads=dict(type="list", elements="str", required=True),
@@ -124,11 +122,7 @@ def compute(p):
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    try:
-        module.exit_json(**compute(module.params))
-    except PlanFailure as exc:
-        module.fail_json(msg=str(exc), **exc.extra)
+    planner_main(ARGUMENT_SPEC, compute)
 
 
 if __name__ == "__main__":

@@ -74,9 +74,7 @@ findings:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.sparkfleet.vllm.plugins.module_utils.validation import PlanFailure, check_inputs
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.validation import PlanFailure, check_inputs, planner_main
 
 ARGUMENT_SPEC = dict(
     settings=dict(type="dict", required=True),
@@ -97,11 +95,7 @@ def compute(p):
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    try:
-        module.exit_json(**compute(module.params))
-    except PlanFailure as exc:
-        module.fail_json(msg=str(exc), **exc.extra)
+    planner_main(ARGUMENT_SPEC, compute)
 
 
 if __name__ == "__main__":

@@ -31,35 +31,7 @@ options:
     description: Bearer key for C(/v1).
     type: str
   probes:
-    description: Prompts and what their answers must contain.
-    type: list
-    elements: dict
     required: true
-    suboptions:
-      prompt:
-        description: The prompt (or the user message for C(kind=chat)).
-        type: str
-        required: true
-      expect_any:
-        description: Words of which the answer must contain one (case-insensitive).
-        type: list
-        elements: str
-        default: []
-      kind:
-        description: Completion or chat completion.
-        type: str
-        choices: [completion, chat]
-        default: completion
-      max_tokens:
-        description: Tokens to generate.
-        type: int
-        default: 16
-      scripts:
-        description:
-          - The Unicode scripts this probe's answer is written in, for a probe in another language than the
-            others (for example C([han]) for Chinese, C([kana, han]) for Japanese). Defaults to O(scripts).
-        type: list
-        elements: str
   scripts:
     description:
       - Unicode scripts an answer may use, for probes that name none (latin, han, kana, hangul, hebrew, arabic,
@@ -133,6 +105,7 @@ options:
     type: bool
     default: true
 extends_documentation_fragment:
+  - sparkfleet.vllm.probes
   - sparkfleet.vllm.attributes
   - sparkfleet.vllm.attributes.read_only
 author:
