@@ -36,7 +36,7 @@ options:
         description:
           - The Unicode scripts this probe's answer is written in, for a probe in another language than the
             others (for example C([han]) for Chinese, C([kana, han]) for Japanese). Defaults to the module's
-            O(scripts), else C([latin]).
+            C(scripts) option where it has one, else C([latin]).
         type: list
         elements: str
 """
