@@ -132,7 +132,7 @@ class CallbackModule(CallbackBase):
         if action is None or res.get("skipped"):
             return
         node = self._node(host) if action in ("vllm_image", "image_info", "weights_verify", "ray_node",
-                                              "ray_gate") else {}
+                                              "ray_gate", "deploy_stamp") else {}
         if action == "vllm_image" and res.get("image_id"):
             node["image_id"] = res["image_id"]
         elif action == "image_info" and res.get("local_id"):
@@ -157,7 +157,16 @@ class CallbackModule(CallbackBase):
                             backends=_backends(res.get("kernels")),
                             verdict="failed" if res.get("failed") else "coherent",
                             reason=_first_line(res.get("msg"), 300) if res.get("failed") else None)
-        elif action == "deploy_stamp" and res.get("unchanged"):
+        if action == "deploy_stamp":
+            # A re-run's probe: what the node still holds of its verified deploy (a stage it holds is skipped;
+            # a stage that runs anyway overwrites these with what it finds).
+            held, facts = res.get("held") or {}, (res.get("stamp") or {}).get("facts") or {}
+            if held.get("images"):
+                node["image_id"] = (facts.get("image_built") or {}).get("image_id")
+            if held.get("trees"):
+                node["weights_revision"] = (facts.get("weights") or {}).get("revision")
+                node["weights_digest"] = (facts.get("weights") or {}).get("digest")
+        if action == "deploy_stamp" and res.get("unchanged"):
             # A re-run's probe: a node as its verified deploy left it proved the endpoints it serves.
             for url, proven in (res.get("endpoints") or {}).items():
                 endpoint = self.endpoints.setdefault(host + " balancer" if proven.get("balancer") else host, {})

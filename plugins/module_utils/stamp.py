@@ -39,32 +39,51 @@ def tree_digest(path):
     return hashlib.sha256(json.dumps(entries).encode()).hexdigest()
 
 
-def make(inputs_digest, images, containers, trees):
-    """Pure: the stamp's content from what was observed."""
+def make(inputs_digest, images, containers, trees, facts=None):
+    """Pure: the stamp's content from what was observed, with ``facts``: what the run's held stages found
+    (the built image's identity, the planned env, the seed's verified snapshot), for a run that skips them."""
     return {"version": VERSION, "inputs": inputs_digest, "images": dict(sorted(images.items())),
-            "containers": dict(sorted(containers.items())), "trees": dict(sorted(trees.items()))}
+            "containers": dict(sorted(containers.items())), "trees": dict(sorted(trees.items())),
+            "facts": facts or {}}
+
+
+def _findings(stamp, inputs_digest, images, containers, trees):
+    """Pure: each way the node differs from its stamp, as (part, words); part is one of inputs, images,
+    containers, trees, or stamp (none readable)."""
+    if not isinstance(stamp, dict) or stamp.get("version") != VERSION:
+        return [("stamp", "no stamp of a verified deploy")]
+    out = []
+    if stamp.get("inputs") != inputs_digest:
+        out.append(("inputs", "the run's inputs differ from the verified deploy's"))
+    for ref, image_id in (stamp.get("images") or {}).items():
+        if images.get(ref) != image_id:
+            out.append(("images", "image %s is %s, not %s" % (ref, images.get(ref) or "absent", image_id)))
+    for name, was in (stamp.get("containers") or {}).items():
+        now = containers.get(name)
+        if not now:
+            out.append(("containers", "container %s is gone" % name))
+        elif not now.get("running"):
+            out.append(("containers", "container %s is not running (or paused)" % name))
+        elif now.get("id") != was.get("id") or now.get("started_at") != was.get("started_at"):
+            out.append(("containers", "container %s was replaced or restarted" % name))
+    for path, digest in (stamp.get("trees") or {}).items():
+        if trees.get(path) != digest:
+            out.append(("trees", "%s changed" % path if trees.get(path) else "%s is gone" % path))
+    return out
 
 
 def differences(stamp, inputs_digest, images, containers, trees):
     """Pure: each way the node differs from its stamp, in words (empty: unchanged). ``images``, ``containers``
     and ``trees`` are what the node holds now, for the names the stamp lists."""
-    if not isinstance(stamp, dict) or stamp.get("version") != VERSION:
-        return ["no stamp of a verified deploy"]
-    out = []
-    if stamp.get("inputs") != inputs_digest:
-        out.append("the run's inputs differ from the verified deploy's")
-    for ref, image_id in (stamp.get("images") or {}).items():
-        if images.get(ref) != image_id:
-            out.append("image %s is %s, not %s" % (ref, images.get(ref) or "absent", image_id))
-    for name, was in (stamp.get("containers") or {}).items():
-        now = containers.get(name)
-        if not now:
-            out.append("container %s is gone" % name)
-        elif not now.get("running"):
-            out.append("container %s is not running (or paused)" % name)
-        elif now.get("id") != was.get("id") or now.get("started_at") != was.get("started_at"):
-            out.append("container %s was replaced or restarted" % name)
-    for path, digest in (stamp.get("trees") or {}).items():
-        if trees.get(path) != digest:
-            out.append("%s changed" % path if trees.get(path) else "%s is gone" % path)
-    return out
+    return [words for _part, words in _findings(stamp, inputs_digest, images, containers, trees)]
+
+
+def held(stamp, inputs_digest, images, containers, trees):
+    """Pure: which stages of the last verified deploy the node still holds for this run's inputs: its images
+    (``images``: every image stamped has the same ID) and its weights trees (``trees``). Both need a stamp
+    with the same inputs; a container that stopped or restarted (a lost worker) holds neither back, since
+    the stages that start containers run anyway."""
+    parts = {part for part, _words in _findings(stamp, inputs_digest, images, containers, trees)}
+    whole = not parts & {"stamp", "inputs"}
+    return {"images": whole and "images" not in parts and bool(stamp.get("images")),
+            "trees": whole and "trees" not in parts and bool(stamp.get("trees"))}

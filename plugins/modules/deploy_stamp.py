@@ -17,6 +17,9 @@ description:
   - With O(members) (on a replica's head), each member node must answer the head over the fabric on
     O(reach_port), Ray's node manager. A node cut off keeps its containers running, and Ray lists it alive
     for minutes.
+  - The check also returns RV(held), the stages of the last verified deploy the node still holds for the
+    same inputs (its images, its weights trees), with the O(facts) those stages found; a run whose every node
+    holds one skips that stage even when a container must be started again (a lost worker).
   - When the node is as stamped, the check goes on to the endpoints this node serves. With
     O(balancer_container), every server of the balancer must be ready and UP in HAProxy. Every URL of
     O(probe_urls), and O(balancer_url), must then answer C(/health), list O(served_model_name) and answer
@@ -54,6 +57,14 @@ options:
     type: list
     elements: path
     default: []
+  facts:
+    description:
+      - With O(state=present), what this run's stages found that a run skipping them needs (the built image's
+        tag, ID and versions, the planned env, the seed's verified snapshot), returned by the next check in
+        RV(stamp).
+      - The stamp is readable by every user of the node, so no secret may be passed here.
+    type: dict
+    default: {}
   probe_urls:
     description: With O(state=check), base URLs of the endpoints this node serves (its replica's API, the
       balancer's), each proven as M(sparkfleet.vllm.vllm_check) proves one.
@@ -138,8 +149,15 @@ differences:
   returned: always
   type: list
   elements: str
+held:
+  description: With O(state=check), whether the node still holds the C(images) and the weights C(trees) of its
+    last verified deploy for the same inputs (both false without a stamp or with other inputs).
+  returned: always
+  type: dict
+  sample: {"images": true, "trees": true}
 stamp:
-  description: With O(state=present), the stamp as written (or as it would be, in check mode).
+  description: The stamp as written (or as it would be, in check mode) with O(state=present); the node's stamp
+    as read with O(state=check) (empty when there is none).
   returned: always
   type: dict
 endpoints:
@@ -222,6 +240,7 @@ def main():
             images=dict(type="list", elements="str", default=[]),
             containers=dict(type="list", elements="str", default=[]),
             trees=dict(type="list", elements="path", default=[]),
+            facts=dict(type="dict", default={}),
             probe_urls=dict(type="list", elements="str", default=[]),
             balancer_url=dict(type="str", default=""),
             members=dict(type="list", elements="str", default=[]),
@@ -242,9 +261,10 @@ def main():
         cli = _docker.connect(timeout=p["timeout"] + 10)
         if p["state"] == "check":
             listed = old if isinstance(old, dict) else {}
-            diffs = stamp.differences(old, p["inputs_digest"], _images(cli, listed.get("images") or {}),
-                                      _containers(cli, listed.get("containers") or {}),
-                                      {t: stamp.tree_digest(t) for t in listed.get("trees") or {}})
+            now = (_images(cli, listed.get("images") or {}), _containers(cli, listed.get("containers") or {}),
+                   {t: stamp.tree_digest(t) for t in listed.get("trees") or {}})
+            diffs = stamp.differences(old, p["inputs_digest"], *now)
+            held = stamp.held(old, p["inputs_digest"], *now)
             if not diffs and p["members"]:
                 diffs = ["%s gives this head no answer on port %d over the fabric (%s)" % (ip, p["reach_port"], why)
                          for ip, why in sorted(fabric.silent(p["members"], p["reach_port"]).items())]
@@ -257,9 +277,10 @@ def main():
                                                             p["timeout"])
                 proven[url] = {"answers": answers, "problems": problems, "balancer": url == p["balancer_url"]}
                 diffs += ["endpoint %s is not proven coherent: %s" % (url, " | ".join(problems))] if problems else []
-            module.exit_json(changed=False, unchanged=not diffs, differences=diffs, stamp=old or {}, endpoints=proven)
+            module.exit_json(changed=False, unchanged=not diffs, differences=diffs, held=held, stamp=listed,
+                             endpoints=proven)
         new = stamp.make(p["inputs_digest"], _images(cli, p["images"]), _containers(cli, p["containers"]),
-                         {t: stamp.tree_digest(t) for t in p["trees"]})
+                         {t: stamp.tree_digest(t) for t in p["trees"]}, p["facts"])
     except _docker.DockerFailure as exc:
         module.fail_json(msg="deploy_stamp: %s" % exc)
     changed = new != old
@@ -268,7 +289,8 @@ def main():
             _write(p["path"], new)
         except OSError as exc:
             module.fail_json(msg="deploy_stamp: writing %s: %s" % (p["path"], exc))
-    result = {"changed": changed, "unchanged": True, "differences": [], "stamp": new, "endpoints": {}}
+    result = {"changed": changed, "unchanged": True, "differences": [], "held": {"images": False, "trees": False},
+              "stamp": new, "endpoints": {}}
     if module._diff:
         result["diff"] = {"before": json.dumps(old, indent=1, sort_keys=True) + "\n" if old else "",
                           "after": json.dumps(new, indent=1, sort_keys=True) + "\n",

@@ -750,6 +750,11 @@ def status_until(predicate, seconds, what):
     raise AssertionError("status never showed %s in %d s; last: %s" % (what, seconds, last and last[2][-3000:]))
 
 
+# What a deploy says when every node still holds the image and the weights of the last verified deploy.
+HELD = ("every node still holds the image and the weights of the last verified deploy: the run skips building "
+        "and sending the image and checking and sending the weights")
+
+
 def test_a_worker_lost_after_serving_is_named_by_status_and_healed_by_the_next_deploy():
     """Seed 004's health check kept a killed worker "alive" for hours, so the next deploy's gate saw 5 nodes of
     4 and only a teardown healed it. Now Ray drops it in seconds, status names it, and the deploy heals it in
@@ -770,6 +775,9 @@ def test_a_worker_lost_after_serving_is_named_by_status_and_healed_by_the_next_d
     rc, out = deploy()
     assert rc == 0, out[-4000:]
     assert "Paris" in out
+    # Only its Ray container is gone: the heal builds, sends and checks nothing it still holds.
+    assert HELD in " ".join(out.split()), out[-4000:]
+    assert "Build the image once, on the Ray head" not in out and "Verify every node against the seed" not in out
     assert {node: started_at(node, "sparkfleet-ray") for node in kept} == kept
     assert run_report(out)["nodes"]["sim-spark-00"]["ray"].startswith("head; cluster 4 nodes alive")
     rc, said, out = status()
@@ -864,6 +872,7 @@ def test_teardown_keeps_images_and_weights_unless_asked_and_the_deploy_restores_
     rc, out = deploy()
     assert rc == 0, out[-4000:]
     assert "Paris" in out
+    assert HELD not in " ".join(out.split()) and "Verify every node against the seed" in out, out[-4000:]
     after = holdings()  # the image being served came back; older images the node held stay gone
     assert after[1] == 0 and 1 == len(after[0]) and set(after[0]) <= set(before[0]), (before, after)
 

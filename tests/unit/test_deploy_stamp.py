@@ -106,6 +106,28 @@ def test_each_change_since_the_stamp_is_named(node, change, said):
     assert not unchanged and any(said in d for d in diffs), diffs
 
 
+@pytest.mark.parametrize("change, images, trees", [
+    (lambda e, t, p: None, True, True),
+    # A lost worker: its Ray container is gone, but its image and its weights are still the verified ones.
+    (lambda e, t, p: e.running.pop("sparkfleet-ray"), True, True),
+    (lambda e, t, p: e.image_ids.update({"base:1": "sha256:" + "3" * 64}), False, True),
+    (lambda e, t, p: (t / "blobs" / "aa").write_bytes(b"y" * 100), True, False),
+    (lambda e, t, p: "other inputs", False, False),
+    (lambda e, t, p: p.unlink(), False, False),
+])
+def test_what_still_holds_when_the_node_differs(node, change, images, trees):
+    engine, tree, path = node
+    facts = {"image_built": {"tag": "sparkfleet/vllm:0.34.0-abc"}}
+    rc, _res = run(deploy_stamp, {"state": "present", "path": str(path), "inputs_digest": "d1",
+                                  "images": ["sparkfleet/vllm:0.34.0-abc", "base:1"],
+                                  "containers": ["sparkfleet-ray"], "trees": [str(tree)], "facts": facts})
+    assert rc == 0
+    digest = "d2" if change(engine, tree, path) == "other inputs" else "d1"
+    rc, res = run(deploy_stamp, {"path": str(path), "inputs_digest": digest})
+    assert rc == 0 and res["held"] == {"images": images, "trees": trees}, res
+    assert res["stamp"].get("facts", facts) == facts
+
+
 def test_an_unchanged_node_proves_its_endpoints_and_one_that_answers_garbage_is_not_unchanged(node, monkeypatch):
     _engine, tree, path = node
     assert stamp_it(tree, path)[0] == 0
