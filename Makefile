@@ -12,14 +12,14 @@ export ANSIBLE_FORCE_COLOR ?= 0
 export PY_COLORS ?= 0
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help deps host demo test test-16 lint unit integration sim-up sim-down sim-images bench bench-verdicts bench-weights bench-noop patch-verdicts \
+.PHONY: help deps host demo test test-16 lint unit integration sim-up sim-down sim-images bench bench-verdicts bench-weights bench-noop bench-overhead patch-verdicts \
 	gpu-wheels gpu-stage gpu-check sanity
 
 help:
 	@echo "make demo      simulated 4-node cluster + deploy_mimo.yml, prints the endpoint's answers"
 	@echo "make test      ruff + ansible-lint + ansible-test sanity + unit tests + molecule (on the simulated cluster)"
 	@echo "make test-16   16 simulated nodes: MiMo 2 x TP8, a no-op re-run, a rolling redeploy, Kimi TP16 (not in make test)"
-	@echo "make lint | sanity | unit | sim-up N=4 | sim-down | bench | bench-weights | bench-verdicts | bench-noop"
+	@echo "make lint | sanity | unit | sim-up N=4 | sim-down | bench | bench-weights | bench-verdicts | bench-noop | bench-overhead"
 	@echo "make patch-verdicts VLLM_SRC=DIR   each patch's verdict for a vLLM source tree, as JSON (writes nothing)"
 	@echo "make gpu-wheels (networked) | gpu-stage | gpu-check OUT=DIR (GPU host, offline): real vLLM tier"
 
@@ -79,6 +79,9 @@ bench-verdicts: deps host
 
 bench-noop: deps host
 	$(BIN)/python benchmarks/noop_rerun.py
+
+bench-overhead: deps host
+	$(BIN)/python benchmarks/overhead.py --runs $${RUNS:-3}
 
 # DIR: a vllm package directory, or one that contains vllm/ (an unpacked sdist or wheel, a site-packages).
 patch-verdicts: deps
