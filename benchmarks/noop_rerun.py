@@ -44,14 +44,29 @@ def changed_hosts(out):
     return sorted(m.group(1) for m in re.finditer(r"^(\S+)\s+: ok=\d+\s+changed=([1-9]\d*)", out, re.M))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
+def start(doc, result_name):
+    """A benchmark's options (--runs, --keep, --out), then the simulated cluster of 4 nodes brought up; returns
+    the options and simctl's command line (for its `down`)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n", maxsplit=1)[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--keep", action="store_true", help="leave the simulated cluster up")
-    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "noop_rerun.json"))
+    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / result_name))
     args = ap.parse_args()
     sim = [sys.executable, str(REPO / "tests/sim/simctl.py")]
     subprocess.run(sim + ["up", "--nodes", "4"], check=True, capture_output=True)
+    return args, sim
+
+
+def finish(args, result):
+    """Writes the result to --out and prints it."""
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result))
+    return 0
+
+
+def main():
+    args, sim = start(__doc__, "noop_rerun.json")
     try:
         deploy = [str(BIN / "ansible-playbook"), "deploy_mimo.yml", "-i", "local"]
         rc, first_s, out = timed(deploy)
@@ -87,10 +102,7 @@ def main():
               "full_median_s": round(statistics.median(full_s), 1)}
     result["ratio"] = round(result["noop_median_s"] / result["facts_median_s"], 2)
     result["full_ratio"] = round(result["full_median_s"] / result["facts_median_s"], 2)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result))
-    return 0
+    return finish(args, result)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ overhead of 10 s or less.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import statistics
@@ -19,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from noop_rerun import BIN, REPO, timed
+from noop_rerun import BIN, finish, start, timed
 
 
 def boot_s(out):
@@ -35,13 +34,7 @@ def boot_s(out):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--keep", action="store_true", help="leave the simulated cluster up")
-    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "overhead.json"))
-    args = ap.parse_args()
-    sim = [sys.executable, str(REPO / "tests/sim/simctl.py")]
-    subprocess.run(sim + ["up", "--nodes", "4"], check=True, capture_output=True)
+    args, sim = start(__doc__, "overhead.json")
     playbook = [str(BIN / "ansible-playbook"), "-i", "local"]
     runs = {"default": [], "full_path": []}
     try:
@@ -66,10 +59,7 @@ def main():
         result[name] = {key: round(statistics.median(r[key] for r in rows), 1)
                         for key in ("wall_s", "boot_s", "overhead_s")}
     result["full_path_over_default"] = round(result["full_path"]["wall_s"] / result["default"]["wall_s"], 2)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result))
-    return 0
+    return finish(args, result)
 
 
 if __name__ == "__main__":
