@@ -21,38 +21,54 @@ def _ip(host, value):
                             % (host, value)) from None
 
 
-def suggest(total_gpus, max_tp=None):
+def _fits(tp, heads):
+    """Whether vLLM can split ``heads`` attention heads over ``tp`` ranks (None: the recipe does not say)."""
+    return not heads or int(heads) % tp == 0
+
+
+def suggest(total_gpus, max_tp=None, heads=None):
     """The sizes to advise for ``total_gpus`` GPUs: ``(tp, pp)`` with ``tp * pp == total_gpus``.
 
     ``tp`` is the largest divisor of ``total_gpus`` that is <= ``max_tp`` (the model's largest working TP;
-    ``None`` or 0: no limit), ``pp`` the rest. Pure; ``plan()`` accepts what it returns.
+    ``None`` or 0: no limit) and divides ``heads`` (the model's attention heads; ``None``: not checked),
+    ``pp`` the rest. Pure; ``plan()`` accepts what it returns.
     """
     total = int(total_gpus)
     if total < 1:
         raise ValueError("total_gpus must be >= 1, got %d" % total)
     cap = min(total, int(max_tp)) if max_tp else total
-    tp = max(d for d in range(1, max(cap, 1) + 1) if total % d == 0)
+    tp = max(d for d in range(1, max(cap, 1) + 1) if total % d == 0 and _fits(d, heads))
     return tp, total // tp
 
 
-def _advice(total, max_tp, model, name_limit=True, where=None):
-    tp, pp = suggest(total, max_tp)
+def widest(max_tp=None, heads=None):
+    """The model's widest TP whatever the GPUs: the largest TP <= ``max_tp`` that divides ``heads``
+    (None when neither is known)."""
+    if not max_tp:
+        return int(heads) if heads else None
+    return max(d for d in range(1, int(max_tp) + 1) if _fits(d, heads))
+
+
+def _advice(total, max_tp, model, name_limit=True, where=None, heads=None):
+    tp, pp = suggest(total, max_tp, heads)
     limit = " and %s's max_tp of %d" % (model or "the model", int(max_tp)) if max_tp and name_limit else ""
     return ("for %s%s use TP=%d x PP=%d (tensor_parallel_size=%d, pipeline_parallel_size=%d)"
             % (where or "the %d GPUs of this inventory" % total, limit, tp, pp, tp, pp))
 
 
 def plan(heads, workers, hostvars, tensor_parallel_size=0, pipeline_parallel_size=0, max_tp=None, model="",
-         replicas=0):
+         replicas=0, attention_heads=None):
     """Validate the inventory and return the plan the rest of the deploy follows.
 
     ``replicas`` R splits the nodes, in inventory order (the head first), into R engines of TP x PP ranks
     each, every one its own Ray cluster with its own head (the first node of its share). 0 (unset): when TP
-    and PP are unset too, as many replicas as the recipe's widest TP allows (MiMo-V2.5-Pro, max TP 8, on 16
-    Sparks: 2 x TP8), else 1.
+    and PP are unset too and the model's widest TP (widest()) divides the GPUs, as many replicas of that TP as
+    the GPUs hold (MiMo-V2.5-Pro, max TP 8, on 16 Sparks: 2 x TP8); else 1, which spreads the model over every
+    node (MiMo on 12 Sparks: TP4 x PP3), since a smaller replica may not hold the model.
 
-    ``tensor_parallel_size`` 0 (unset) lets the recipe's ``max_tp`` decide with suggest(); a
-    ``pipeline_parallel_size`` of 0 is 1 when TP is set.
+    ``tensor_parallel_size`` 0 (unset) lets the recipe's ``max_tp`` and ``attention_heads`` decide with
+    suggest(); a ``pipeline_parallel_size`` of 0 is 1 when TP is set. A TP that does not divide
+    ``attention_heads`` is refused: vLLM would fail to load the model after its whole boot.
 
     ``hostvars[host]`` must carry ``sparkfleet_node_ip`` and may carry ``sparkfleet_gpus_per_node``
     (default 1: a DGX Spark has one GB10).
@@ -90,7 +106,8 @@ def plan(heads, workers, hostvars, tensor_parallel_size=0, pipeline_parallel_siz
     if not count:
         # Unset: replicas rather than pipeline stages when nothing else is set (a second replica doubles the
         # throughput; a second stage adds a hop to every token). Sizes the inventory sets keep one replica.
-        count = total // suggest(total, max_tp)[0] if not tp and not pp else 1
+        wide = widest(max_tp, attention_heads)
+        count = total // wide if not tp and not pp and wide and total % wide == 0 else 1
     elif total % count:
         raise TopologyError("sparkfleet_replicas=%d does not divide the %d GPUs of this inventory; choose a "
                             "divisor of %d, or add or remove nodes" % (count, total, total))
@@ -106,25 +123,30 @@ def plan(heads, workers, hostvars, tensor_parallel_size=0, pipeline_parallel_siz
             tp = per // pp if per % pp == 0 else 0
             if tp < 1:
                 raise TopologyError("pipeline_parallel_size=%d does not divide %s; %s"
-                                    % (pp, where, _advice(per, max_tp, model, where=where)))
+                                    % (pp, where, _advice(per, max_tp, model, where=where, heads=attention_heads)))
         else:
-            tp, pp = suggest(per, max_tp)
+            tp, pp = suggest(per, max_tp, attention_heads)
     elif not pp:
         pp = 1
     if tp < 1 or pp < 1:
         raise TopologyError("tensor_parallel_size and pipeline_parallel_size must be >= 1 (got %d, %d); %s"
-                            % (tp, pp, _advice(per, max_tp, model, where=where)))
+                            % (tp, pp, _advice(per, max_tp, model, where=where, heads=attention_heads)))
     world = tp * pp
     if max_tp and tp > int(max_tp):
         raise TopologyError("tensor_parallel_size=%d exceeds %s's max_tp of %d; %s"
                             % (tp, model or "the model", int(max_tp),
-                               _advice(per, max_tp, model, name_limit=False, where=where)))
+                               _advice(per, max_tp, model, name_limit=False, where=where, heads=attention_heads)))
+    if not _fits(tp, attention_heads):
+        raise TopologyError("tensor_parallel_size=%d does not divide %s's %d attention heads, so vLLM would fail to "
+                            "load it after its whole boot; %s"
+                            % (tp, model or "the model", int(attention_heads),
+                               _advice(per, max_tp, model, name_limit=False, where=where, heads=attention_heads)))
     if world != per:
         has = ("the inventory has %d GPUs on %d nodes" % (total, len(nodes)) if count == 1 else
                "each of the %d replicas has %d GPUs" % (count, per))
         raise TopologyError("tensor_parallel_size x pipeline_parallel_size = %d x %d = %d ranks, but %s; make them "
                             "equal: %s, or add or remove nodes"
-                            % (tp, pp, world, has, _advice(per, max_tp, model, where=where)))
+                            % (tp, pp, world, has, _advice(per, max_tp, model, where=where, heads=attention_heads)))
     shares, share = [], []
     for host in nodes:
         share.append(host)

@@ -34,7 +34,8 @@ RECIPE_REQUIRED = {"name": str, "repo_id": str, "revision": str, "served_model_n
                    "serve_args": list, "probes": list}
 RECIPE_OPTIONAL = {"quantization": str, "expect_mxfp8": bool, "mxfp8_linear_kernel": str, "moe_backend": str,
                    "patches": list, "required_patches": list, "env": dict, "model_bytes": int, "attention_backend": str,
-                   "kv_cache_dtype": str, "description": str}
+                   "kv_cache_dtype": str, "description": str,
+                   "attention_heads": int}
 GPUS_PER_SPARK = 1
 
 
@@ -203,6 +204,9 @@ def check_recipe(c, recipe, label):
         c.add(label, "unknown keys %s" % ", ".join(map(str, unknown)), "remove them or correct their spelling")
     if as_int(recipe.get("max_tp")) is not None:
         c.integer("%s: max_tp" % label, recipe["max_tp"], 1, 64, "the largest TP that loads the model correctly")
+    if as_int(recipe.get("attention_heads")) is not None:
+        c.integer("%s: attention_heads" % label, recipe["attention_heads"], 1, 4096,
+                  "the model's num_attention_heads (its config.json), which every TP must divide")
     if isinstance(recipe.get("min_vllm"), str):
         c.text("%s: min_vllm" % label, recipe["min_vllm"], PEP440, "a PEP 440 version", "write it as 0.24.0")
     if isinstance(recipe.get("serve_args"), list):

@@ -38,8 +38,9 @@ options:
   replicas:
     description:
       - How many engines share the GPUs, each TP x PP ranks and its own Ray cluster.
-      - C(0) (unset) - when TP and PP are unset too, as many as the model's widest TP allows (MiMo-V2.5-Pro,
-        max TP 8, on 16 Sparks - 2 x TP=8); otherwise 1.
+      - C(0) (unset) - when TP and PP are unset too and the model's widest TP (the largest up to O(max_tp) that
+        divides O(attention_heads)) divides the GPUs, as many replicas of that TP (MiMo-V2.5-Pro, max TP 8, on
+        16 Sparks - 2 x TP=8); otherwise 1, spread over every node (MiMo-V2.5-Pro on 12 Sparks - TP=4 x PP=3).
     type: int
     default: 0
   pipeline_parallel_size:
@@ -48,6 +49,11 @@ options:
     default: 0
   max_tp:
     description: The model's largest TP that loads correctly (MiMo-V2.5-Pro has 8 KV heads, so 8).
+    type: int
+  attention_heads:
+    description:
+      - The model's attention heads (the recipe's C(attention_heads)). A TP must divide them, or vLLM fails to
+        load the model at the end of its boot; an unset TP is planned among those that do. Unset, not checked.
     type: int
   model:
     description: Model name, used in messages.
@@ -109,6 +115,7 @@ ARGUMENT_SPEC = dict(
     max_tp=dict(type="int"),
     model=dict(type="str", default=""),
     replicas=dict(type="int", default=0),
+    attention_heads=dict(type="int"),
 )
 
 
@@ -116,7 +123,8 @@ def compute(p):
     """The result from validated parameters; the action plugin of the same name runs it on the controller."""
     try:
         return {"changed": False, "plan": plan(p["heads"], p["workers"], p["hostvars"], p["tensor_parallel_size"],
-                                               p["pipeline_parallel_size"], p["max_tp"], p["model"], p["replicas"])}
+                                               p["pipeline_parallel_size"], p["max_tp"], p["model"], p["replicas"],
+                                               p["attention_heads"])}
     except TopologyError as exc:
         raise PlanFailure("inventory: %s" % exc) from None
 

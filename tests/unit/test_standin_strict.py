@@ -362,3 +362,18 @@ def test_standin_fails_like_vllm_when_the_tokenizer_or_remote_code_is_missing(im
         assert f"OSError: {model} does not appear to have a file named modeling_x.py." in res.stderr
     else:
         assert f"OSError: Can't load tokenizer for '{model}'." in res.stderr
+
+
+@pytest.mark.parametrize(("tp", "refused"), [(3, True), (5, True), (2, False), (4, False)])
+def test_standin_refuses_a_tp_that_does_not_divide_the_attention_heads(image_site, nvml_dir, tmp_path, tp, refused):
+    """vLLM checks the TP against the model's attention heads while it builds its config: TP=5 on a model of
+    16 heads ends the server before any rank starts. A TP that divides them gets past the check."""
+    _unused, site = image_site
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "num_attention_heads": 16}')
+    (model / "tokenizer.json").write_text('{"version": "1.0"}')
+    (model / "tokenizer_config.json").write_text("{}")
+    res = run_standin(site, "serve", str(model), "--tensor-parallel-size", str(tp), nvml=nvml_dir)
+    said = "ValueError: Total number of attention heads (16) must be divisible by tensor parallel size (%d)." % tp
+    assert res.returncode == 1 and (said in res.stderr) == refused, res.stderr[-2000:]

@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils.topology import TopologyError, plan, suggest
+from ansible_collections.sparkfleet.vllm.plugins.module_utils.topology import TopologyError, plan, suggest, widest
 
 ADVICE = re.compile(r"TP=(\d+) x PP=(\d+)")
 
@@ -86,33 +86,39 @@ def test_suggest_rejects_an_empty_cluster():
         suggest(0, 8)
 
 
+@pytest.mark.parametrize("heads", [None, 128, 64, 40])
 @pytest.mark.parametrize("max_tp", [None, 1, 2, 4, 8, 16])
 @pytest.mark.parametrize("total", range(1, 17))
-def test_every_refusal_advises_sizes_plan_accepts(total, max_tp):
-    """Property: for every requested TP x PP the plan refuses, the advised sizes are accepted by plan()."""
-    tp_s, pp_s = suggest(total, max_tp)
-    assert tp_s * pp_s == total and total % tp_s == 0
+def test_every_refusal_advises_sizes_plan_accepts(total, max_tp, heads):
+    """Property: for every requested TP x PP the plan refuses, the advised sizes are accepted by plan(), and
+    every TP it plans or accepts divides the model's attention heads."""
+    tp_s, pp_s = suggest(total, max_tp, heads)
+    assert tp_s * pp_s == total and total % tp_s == 0 and (heads is None or heads % tp_s == 0)
     assert max_tp is None or tp_s <= max_tp
-    # tp_s is the largest such divisor: no divisor above it fits under the cap.
-    assert not [d for d in range(tp_s + 1, total + 1) if total % d == 0 and (max_tp is None or d <= max_tp)]
+    # tp_s is the largest such divisor: no divisor above it fits under the cap and divides the heads.
+    assert not [d for d in range(tp_s + 1, total + 1)
+                if total % d == 0 and (max_tp is None or d <= max_tp) and (heads is None or heads % d == 0)]
+    wide = widest(max_tp, heads)
     refused = 0
     for tp, pp in itertools.product(range(0, 18), range(0, 5)):
         try:
-            got = plan(*nodes(total), tp, pp, max_tp=max_tp, model="m")
+            got = plan(*nodes(total), tp, pp, max_tp=max_tp, model="m", attention_heads=heads)
         except TopologyError as err:
             refused += 1
             found = ADVICE.findall(str(err))
             assert len(found) == 1, "refusal without one TP x PP advice: %s" % err
             a_tp, a_pp = int(found[0][0]), int(found[0][1])
             assert (a_tp, a_pp) == (tp_s, pp_s), str(err)
-            p = plan(*nodes(total), a_tp, a_pp, max_tp=max_tp, model="m")
+            p = plan(*nodes(total), a_tp, a_pp, max_tp=max_tp, model="m", attention_heads=heads)
             assert p["world_size"] == p["gpu_count"] == total
         else:
             # 0 is unset: the plan fills it in; a size that was given is kept.
             g_tp, g_pp, count = got["tensor_parallel_size"], got["pipeline_parallel_size"], got["replica_count"]
-            # Nothing set: as many replicas as the widest TP allows; any size set: one replica.
-            assert count == (total // tp_s if not tp and not pp else 1)
+            # Nothing set: replicas of the model's widest TP where it divides the GPUs, else one spread over
+            # every node; any size set: one replica.
+            assert count == (total // wide if not tp and not pp and wide and total % wide == 0 else 1)
             assert g_tp * g_pp * count == total and (max_tp is None or g_tp <= max_tp)
+            assert heads is None or heads % g_tp == 0
             assert (tp in (0, g_tp)) and (pp in (0, g_pp)) and (pp or not tp or g_pp == 1)
             assert got["sizes_from"] == ("inventory" if tp else "recipe")
     assert refused > 0
@@ -124,6 +130,32 @@ def test_unset_sizes_on_16_sparks_follow_the_model(max_tp, want):
     got = plan(*nodes(16), max_tp=max_tp, model="m")
     assert (got["replica_count"], got["tensor_parallel_size"], got["pipeline_parallel_size"]) == want
     assert got["sizes_from"] == "recipe"
+
+
+@pytest.mark.parametrize(("count", "heads", "max_tp", "want"), [
+    (16, 128, 8, (2, 8, 1)),   # MiMo-V2.5-Pro on 16 Sparks: two replicas of TP8
+    (8, 128, 8, (1, 8, 1)),
+    (12, 128, 8, (1, 4, 3)),   # not two replicas of TP6: 128 heads do not split 6 ways
+    (10, 128, 8, (1, 2, 5)),   # not two replicas of TP5
+    (6, 128, 8, (1, 2, 3)),
+    (16, 64, 16, (1, 16, 1)),  # Kimi-K2.5 on 16 Sparks: TP16, as seed 000 runs it
+    (12, 64, 16, (1, 4, 3)),
+])
+def test_unset_sizes_follow_the_attention_heads(count, heads, max_tp, want):
+    """A TP that does not divide the model's attention heads fails in vLLM at the end of a boot of up to two
+    hours; the plan never chooses one, and keeps the model spread over every node when no replica of the
+    widest TP fits the GPUs."""
+    got = plan(*nodes(count), max_tp=max_tp, model="m", attention_heads=heads)
+    assert (got["replica_count"], got["tensor_parallel_size"], got["pipeline_parallel_size"]) == want
+
+
+def test_a_tp_that_does_not_divide_the_heads_is_refused_with_sizes_that_do():
+    with pytest.raises(TopologyError) as err:
+        plan(*nodes(12), 6, 2, max_tp=8, model="mimo-v2.5-pro", attention_heads=128)
+    said = str(err.value)
+    assert said.startswith("tensor_parallel_size=6 does not divide mimo-v2.5-pro's 128 attention heads") and \
+        "use TP=4 x PP=3" in said, said
+    assert plan(*nodes(12), 4, 3, max_tp=8, model="m", attention_heads=128)["world_size"] == 12
 
 
 def test_a_pp_given_alone_keeps_its_value_and_tp_takes_the_rest():

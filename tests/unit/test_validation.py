@@ -114,6 +114,8 @@ CASES = [
     ("margin text", setting("sparkfleet_memory_margin_gib", "lots"), "sparkfleet_memory_margin_gib"),
     ("max_tp bool", rec("max_tp", True), R + ": max_tp"),
     ("max_tp zero", rec("max_tp", 0), R + ": max_tp"),
+    ("attention_heads text", rec("attention_heads", "many"), R + ": attention_heads"),
+    ("attention_heads zero", rec("attention_heads", 0), R + ": attention_heads"),
     ("no nodes", lambda i: i.__setitem__("nodes", {}), "inventory"),
     # revision and repo id
     ("revision trailing newline", rec("revision", "a" * 40 + "\n"), REV),

@@ -1788,6 +1788,12 @@ def create_engine_config(args: argparse.Namespace, parser, source: VllmSource, d
                            "presence of a 'config.json'.")
     source.check_config_values(args, parser)
     check_model_files(args, model)
+    # ModelConfig.verify_with_parallel_config: every TP rank takes a whole share of the attention heads.
+    heads = int(json.loads((model / "config.json").read_text()).get("num_attention_heads") or 0)
+    tp = int(args.tensor_parallel_size or 1)
+    if heads and heads % tp:
+        raise StartupError("ValueError", f"Total number of attention heads ({heads}) must be divisible by tensor "
+                                         f"parallel size ({tp}).")
 
 
 def check_model_files(args: argparse.Namespace, model: Path) -> None:
