@@ -193,21 +193,9 @@ ATTEMPT_LABEL = "sparkfleet.attempt"
 BEFORE_LABEL = "sparkfleet.diff-before"
 
 
-# What `ray start` prints once its node has joined (head or worker). Until then a join only reads the
-# container's log: asking Ray for its node table starts a Python interpreter in the container, a second or
-# two of CPU that a node still starting its raylet needs. After RUNTIME_GRACE_S without the line (a release
-# that words it otherwise), the join asks Ray anyway.
-RUNTIME_STARTED = "Ray runtime started"
-RUNTIME_GRACE_S = 15
-
-
-def runtime_started(container):
-    """Whether this container's `ray start` has said that its node joined."""
-    return RUNTIME_STARTED in _docker.logs(container, tail=40)
-
-
 def observe(container, ip):
-    """One look at this node (``container`` freshly reloaded): (alive, GPUs it registered, a description)."""
+    """One look at this node: (alive, GPUs it registered, a description)."""
+    container.reload()
     if container.status != "running":
         return False, 0, "container is %s" % container.status
     table = _ray.nodes(container)
@@ -240,12 +228,8 @@ def join(module, cli, p, spec, digest, run_id, diff):
                 module.exit_json(changed=True, done=False, attempts=0, diff=diff,
                                  progress="Ray %s %s: would be (re)started" % (p["role"], ip))
             container, attempt = start(cli, p, spec, digest, run_id, 1, diff), 1
-        container.reload()
-        asked = container.status != "running" or runtime_started(container) \
-            or time.time() - _docker.started_at(container) >= RUNTIME_GRACE_S
         try:
-            alive, gpus, seen = observe(container, ip) if asked else (
-                False, 0, "%s starting (ray start has not said its node joined)" % ip)
+            alive, gpus, seen = observe(container, ip)
         except _docker.DockerFailure as exc:
             # Ray's own traceback while the raylet starts: its last line says why ("Could not find any
             # running Ray instance"), the rest is noise in a progress line.
@@ -271,12 +255,10 @@ def join(module, cli, p, spec, digest, run_id, diff):
             age = 0.0
         line = "Ray %s %s, attempt %d of %d, %d of %d s" % (p["role"], seen, attempt, p["retries"], age,
                                                             p["join_timeout"])
-        # Reading the log is cheap: look again soon. Asking Ray is not: give the node a second.
-        pause = 1.0 if asked else 0.5
-        left = p["poll_seconds"] - (time.monotonic() - began) if p["poll_seconds"] else pause
+        left = p["poll_seconds"] - (time.monotonic() - began) if p["poll_seconds"] else 3
         if left <= 0:
             return container, attempt, False, line, diff
-        time.sleep(min(pause, left))
+        time.sleep(min(3, left))
 
 
 def main():

@@ -50,7 +50,6 @@ class Container:
         return "".join("%s%s\n" % (stamp(t) + " " if timestamps else "", text) for t, text in lines).encode()
 
     def exec_run(self, argv, demux=False, environment=None):
-        self.engine.asked.append(argv)
         if not self.tables:
             return Exec(0, (json.dumps(self.engine.ray_table).encode(), b""))
         table = self.tables.pop(0) if len(self.tables) > 1 else self.tables[0]
@@ -93,12 +92,8 @@ class Containers:
 
     def run(self, name, detach, **kwargs):
         self.runs.append(dict(kwargs, name=name))
-        container = self.add(Container(name, kwargs["image"], kwargs.get("command"), kwargs.get("environment"),
-                                       kwargs.get("labels")))
-        # `ray start` says so once its node joined, as Ray's own CLI does; a slow start has not yet.
-        if list(kwargs.get("command") or [])[:2] == ["ray", "start"] and not self.engine.slow_ray_start:
-            container.lines.append((time.time(), "Ray runtime started."))
-        return container
+        return self.add(Container(name, kwargs["image"], kwargs.get("command"), kwargs.get("environment"),
+                                  kwargs.get("labels")))
 
     def add(self, container):
         container.engine = self.engine
@@ -139,8 +134,6 @@ class Engine:
         self.containers, self.images = Containers(self), Images({"img:1", "img:2"})
         self.volumes = Volumes()
         self.ray_table = []  # what every Ray container's `nodes` query returns
-        self.asked = []  # every command run in a container (a query of Ray's node table is one)
-        self.slow_ray_start = False
 
     def ping(self):
         return True
@@ -346,25 +339,6 @@ def test_ray_node_poll_does_not_restart_its_own_join_and_ends_changed_once_alive
     rc, again = run(ray_node, dict(WORKER, run_id="run-2"))
     assert rc == 0 and again == dict(again, changed=False, done=True, attempts=0)
     assert len(engine.containers.runs) == 1
-
-
-def test_ray_node_reads_the_log_and_asks_ray_only_once_ray_start_says_its_node_joined(engine):
-    engine.slow_ray_start = True
-    engine.ray_table = [node("10.0.0.1"), node("10.0.0.2")]
-    rc, first = run(ray_node, dict(WORKER, join_timeout=60, poll_seconds=2))
-    assert rc == 0 and first["done"] is False and engine.asked == []
-    assert "10.0.0.2 starting (ray start has not said its node joined)" in first["progress"]
-    engine.containers.items["sparkfleet-ray"].lines.append((time.time(), "Ray runtime started."))
-    rc, second = run(ray_node, dict(WORKER, join_timeout=60, poll_seconds=2))
-    assert rc == 0 and second["done"] is True and len(engine.asked) == 1
-
-
-def test_ray_node_asks_ray_after_the_grace_even_without_the_line(engine, monkeypatch):
-    engine.slow_ray_start = True
-    engine.ray_table = [node("10.0.0.1"), node("10.0.0.2")]
-    monkeypatch.setattr(ray_node, "RUNTIME_GRACE_S", 0)
-    rc, res = run(ray_node, dict(WORKER, join_timeout=60))
-    assert rc == 0 and res["done"] is True and len(engine.asked) == 1
 
 
 def test_ray_node_restarts_a_current_container_of_an_earlier_run_that_is_not_alive(engine):
