@@ -34,6 +34,14 @@ options:
     description: Seconds the boot may take, from the container's start.
     type: int
     default: 7200
+  placement_timeout:
+    description:
+      - Seconds vLLM may log that it waits for its Ray placement group (one GPU bundle per rank). The Ray gate
+        has just found every node and GPU registered, so a wait this long means the head's Ray cannot use a
+        node it lists (its raylet does not answer the head) or something else holds the GPUs. The boot is
+        stopped and the poll fails naming it, instead of waiting for O(startup_timeout). C(0) turns it off.
+    type: int
+    default: 300
   poll_seconds:
     description: Longest time one poll waits for the stage to change before it returns.
     type: int
@@ -147,7 +155,7 @@ class Follower:
                 "now": time.time()}
 
 
-def poll(follower, first_stage, poll_seconds, deadline_s, interval=2, check_mode=False):
+def poll(follower, first_stage, poll_seconds, deadline_s, interval=2, check_mode=False, placement_s=0):
     """Read until the stage changes, vLLM serves, or ``poll_seconds`` pass; raise WaitAborted on a failure.
 
     A boot that starves the head or outlasts ``deadline_s`` is stopped (never in check mode), so that the
@@ -173,6 +181,14 @@ def poll(follower, first_stage, poll_seconds, deadline_s, interval=2, check_mode
                 "memory watchdog: %s while %s; %s before the head thrashes. Free memory on the head (stop other "
                 "processes, drop caches), or lower --gpu-memory-utilization / --max-model-len in the recipe"
                 % (low, facts["stage"], stop()))
+        waited = facts.get("pg_waiting_s") or 0
+        if placement_s and waited >= placement_s and "load_started" not in facts["phases"]:
+            raise WaitAborted(
+                "vLLM has waited %d s for its Ray placement group (placement_timeout %d s) although the gate found "
+                "every node and GPU of the replica registered: the head's Ray cannot use a node it lists (its "
+                "raylet does not answer the head) or something else holds the GPUs. Run `ray status` in the "
+                "head's Ray container (Pending Demands), then run the deploy again; if it recurs, restart the "
+                "replica's Ray (teardown.yml, then the deploy); %s" % (waited, placement_s, stop()))
         if obs["now"] - follower.started > deadline_s:
             raise WaitAborted("not serving %d s after the container started (startup_timeout); the boot stands "
                               "at: %s; %s" % (deadline_s, facts["stage"], stop()))
@@ -191,6 +207,7 @@ def main():
             container_name=dict(type="str", default="sparkfleet-vllm"),
             host=dict(type="str", default="this node"),
             startup_timeout=dict(type="int", default=7200),
+            placement_timeout=dict(type="int", default=300),
             poll_seconds=dict(type="int", default=20),
             min_free_memory_mib=dict(type="int", default=2048),
             memory_grace=dict(type="int", default=15),
@@ -215,7 +232,8 @@ def main():
         follower = Follower(container, saved, watchdog, _docker.started_at(container))
         first = follower.reader.facts()["stage"] if saved.get("id") == container.id else None
         try:
-            facts = poll(follower, first, p["poll_seconds"], p["startup_timeout"], check_mode=module.check_mode)
+            facts = poll(follower, first, p["poll_seconds"], p["startup_timeout"], check_mode=module.check_mode,
+                         placement_s=p["placement_timeout"])
         except WaitAborted as exc:
             facts = follower.reader.facts()
             module.fail_json(msg="vllm serve on %s failed to boot: %s\n--- last log lines ---\n%s"

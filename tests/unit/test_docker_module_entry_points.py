@@ -239,6 +239,24 @@ def test_vllm_boot_stops_a_starving_boot_and_names_the_figures(engine, tmp_path,
     assert serve.stopped
 
 
+@pytest.mark.parametrize(("waited", "stopped"), [(290, False), (310, True)])
+def test_vllm_boot_stops_a_boot_that_waits_for_its_placement_group_past_the_limit(engine, tmp_path, waited, stopped):
+    """Seen on the simulated cluster: a worker rejoined at its old address, the head's Ray could not reach it,
+    and vLLM waited for its GPU bundles with every GPU free, for what would have been the whole 2 h boot."""
+    t0 = time.time() - waited - 5
+    serve = engine.containers.add(Container("sparkfleet-vllm", started=t0))
+    serve.lines = [(t0 + 1, "(EngineCore_DP0 pid=1) INFO 12-07 10:21:41 [ray_utils.py:4] Waiting for creating a "
+                            "placement group of specs for %d seconds. specs=[{'GPU': 1.0, 'CPU': 0.0}]" % waited)]
+    rc, res = run(vllm_boot, {"host": "10.0.0.1", "poll_seconds": 0, "min_free_memory_mib": 0,
+                              "state_dir": str(tmp_path)})
+    assert serve.stopped is stopped
+    if stopped:
+        assert rc == 1 and "vLLM has waited 310 s for its Ray placement group (placement_timeout 300 s)" in res["msg"]
+        assert "the boot was stopped" in res["msg"]
+    else:
+        assert rc == 0 and res["stage"] == "Ray placement (waiting 290 s for the GPU bundles)", res
+
+
 SERVE = {"image": "img:1", "model_path": "/models/m", "served_model_name": "m", "tensor_parallel_size": 4,
          "host": "10.0.0.1", "ray_address": "10.0.0.1:6379", "extra_args": ["--gpu-memory-utilization", "0.85"],
          "api_key_file": "/etc/sparkfleet/api-key", "env": {"SPARKFLEET_API_KEY_SHA256": "ab" * 32}}
