@@ -85,5 +85,7 @@ def held(stamp, inputs_digest, images, containers, trees):
     the stages that start containers run anyway."""
     parts = {part for part, _words in _findings(stamp, inputs_digest, images, containers, trees)}
     whole = not parts & {"stamp", "inputs"}
-    return {"images": whole and "images" not in parts and bool(stamp.get("images")),
-            "trees": whole and "trees" not in parts and bool(stamp.get("trees"))}
+    # A stage is held only where the stamp recorded something for it: an image or tree absent when stamped
+    # and absent now is no verified stage.
+    return {part: whole and part not in parts and bool(stamp.get(part)) and all((stamp.get(part) or {}).values())
+            for part in ("images", "trees")}

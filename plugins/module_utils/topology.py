@@ -136,17 +136,17 @@ def plan(heads, workers, hostvars, tensor_parallel_size=0, pipeline_parallel_siz
         raise TopologyError("tensor_parallel_size=%d exceeds %s's max_tp of %d; %s"
                             % (tp, model or "the model", int(max_tp),
                                _advice(per, max_tp, model, name_limit=False, where=where, heads=attention_heads)))
-    if not _fits(tp, attention_heads):
-        raise TopologyError("tensor_parallel_size=%d does not divide %s's %d attention heads, so vLLM would fail to "
-                            "load it after its whole boot; %s"
-                            % (tp, model or "the model", int(attention_heads),
-                               _advice(per, max_tp, model, name_limit=False, where=where, heads=attention_heads)))
     if world != per:
         has = ("the inventory has %d GPUs on %d nodes" % (total, len(nodes)) if count == 1 else
                "each of the %d replicas has %d GPUs" % (count, per))
         raise TopologyError("tensor_parallel_size x pipeline_parallel_size = %d x %d = %d ranks, but %s; make them "
                             "equal: %s, or add or remove nodes"
                             % (tp, pp, world, has, _advice(per, max_tp, model, where=where, heads=attention_heads)))
+    if not _fits(tp, attention_heads):
+        raise TopologyError("tensor_parallel_size=%d does not divide %s's %d attention heads, so vLLM would fail to "
+                            "load it after its whole boot; %s"
+                            % (tp, model or "the model", int(attention_heads),
+                               _advice(per, max_tp, model, name_limit=False, where=where, heads=attention_heads)))
     shares, share = [], []
     for host in nodes:
         share.append(host)

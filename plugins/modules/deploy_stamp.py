@@ -62,7 +62,9 @@ options:
       - With O(state=present), what this run's stages found that a run skipping them needs (the built image's
         tag, ID and versions, the planned env, the seed's verified snapshot), returned by the next check in
         RV(stamp).
-      - The stamp is readable by every user of the node, so no secret may be passed here.
+      - The stamp is readable by every user of the node, so no secret may be passed here. A C(release_env) that
+        names a variable as a secret does (C(KEY), C(TOKEN), C(SECRET), C(PASSW), C(CREDENTIAL)) is left out
+        of the stamp, so a run never holds the stages that found it.
     type: dict
     default: {}
   probe_urls:
@@ -222,6 +224,14 @@ def _balancer(cli, name, backend):
     return out or ([] if rows else ["balancer %s has no server in backend %s" % (name, backend)])
 
 
+def _public(facts):
+    """``facts`` less a release env that holds a secret-named variable (the stamp is world-readable)."""
+    env = facts.get("release_env")
+    if isinstance(env, dict) and any(_docker.SECRET_NAME.search(str(name)) for name in env):
+        return {k: v for k, v in facts.items() if k != "release_env"}
+    return facts
+
+
 def _write(path, content):
     os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
     tmp = path + ".tmp"
@@ -280,7 +290,7 @@ def main():
             module.exit_json(changed=False, unchanged=not diffs, differences=diffs, held=held, stamp=listed,
                              endpoints=proven)
         new = stamp.make(p["inputs_digest"], _images(cli, p["images"]), _containers(cli, p["containers"]),
-                         {t: stamp.tree_digest(t) for t in p["trees"]}, p["facts"])
+                         {t: stamp.tree_digest(t) for t in p["trees"]}, _public(p["facts"]))
     except _docker.DockerFailure as exc:
         module.fail_json(msg="deploy_stamp: %s" % exc)
     changed = new != old

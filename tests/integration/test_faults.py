@@ -1040,6 +1040,9 @@ def test_a_rolling_redeploy_of_two_replicas_fails_no_request_through_the_balance
     rc, out = redeploy(new_recipe(64))
     assert rc == 0, out[-4000:]
     assert {n: started_at(n, "sparkfleet-vllm") for n in before} == kept
+    # The redeploy stamped every node as a deploy does: a deploy with the same inputs has nothing to change.
+    rc, out = deploy(new_recipe(64))
+    assert rc == 0 and "nothing is built, sent or started" in " ".join(out.split()), out[-4000:]
 
 
 def test_a_gate_that_fails_during_a_rolling_redeploy_rolls_the_replica_back_and_the_balancer_answers():

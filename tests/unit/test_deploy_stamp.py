@@ -128,6 +128,18 @@ def test_what_still_holds_when_the_node_differs(node, change, images, trees):
     assert res["stamp"].get("facts", facts) == facts
 
 
+def test_a_stage_recorded_absent_is_not_held_and_a_secret_env_is_not_stamped(node):
+    engine, tree, path = node
+    engine.image_ids.pop("base:1")  # absent when stamped, absent now: the same, but no verified image
+    facts = {"release_env": {"VLLM_X": "1", "MY_API_TOKEN": "s3cret"}, "weights": {"digest": "d"}}
+    rc, res = run(deploy_stamp, {"state": "present", "path": str(path), "inputs_digest": "d1",
+                                 "images": ["base:1"], "trees": [str(tree)], "facts": facts})
+    assert rc == 0 and res["stamp"]["images"] == {"base:1": None}
+    assert "s3cret" not in path.read_text() and res["stamp"]["facts"] == {"weights": {"digest": "d"}}
+    rc, res = run(deploy_stamp, {"path": str(path), "inputs_digest": "d1"})
+    assert rc == 0 and res["held"] == {"images": False, "trees": True}, res
+
+
 def test_an_unchanged_node_proves_its_endpoints_and_one_that_answers_garbage_is_not_unchanged(node, monkeypatch):
     _engine, tree, path = node
     assert stamp_it(tree, path)[0] == 0
