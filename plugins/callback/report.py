@@ -157,18 +157,17 @@ class CallbackModule(CallbackBase):
                             backends=_backends(res.get("kernels")),
                             verdict="failed" if res.get("failed") else "coherent",
                             reason=_first_line(res.get("msg"), 300) if res.get("failed") else None)
-        if action == "deploy_stamp":
+        elif action == "deploy_stamp":
             # A re-run's probe: what the node still holds of its verified deploy (a stage it holds is skipped;
-            # a stage that runs anyway overwrites these with what it finds).
+            # a stage that runs anyway overwrites these with what it finds), and, when the node is as its
+            # verified deploy left it, the endpoints it proved.
             held, facts = res.get("held") or {}, (res.get("stamp") or {}).get("facts") or {}
             if held.get("images"):
                 node["image_id"] = (facts.get("image_built") or {}).get("image_id")
             if held.get("trees"):
                 node["weights_revision"] = (facts.get("weights") or {}).get("revision")
                 node["weights_digest"] = (facts.get("weights") or {}).get("digest")
-        if action == "deploy_stamp" and res.get("unchanged"):
-            # A re-run's probe: a node as its verified deploy left it proved the endpoints it serves.
-            for url, proven in (res.get("endpoints") or {}).items():
+            for url, proven in (res.get("endpoints") or {}).items() if res.get("unchanged") else ():
                 endpoint = self.endpoints.setdefault(host + " balancer" if proven.get("balancer") else host, {})
                 endpoint.update(url=url, verdict="coherent", unchanged=True)
         transfer = res.get("transfer")

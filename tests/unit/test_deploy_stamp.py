@@ -125,7 +125,8 @@ def test_what_still_holds_when_the_node_differs(node, change, images, trees):
     digest = "d2" if change(engine, tree, path) == "other inputs" else "d1"
     rc, res = run(deploy_stamp, {"path": str(path), "inputs_digest": digest})
     assert rc == 0 and res["held"] == {"images": images, "trees": trees}, res
-    assert res["stamp"].get("facts", facts) == facts
+    # The check returns the stamp's facts as written; without a stamp, none.
+    assert res["stamp"].get("facts") == (facts if path.exists() else None), res["stamp"]
 
 
 def test_a_stage_recorded_absent_is_not_held_and_a_secret_env_is_not_stamped(node):
