@@ -1,7 +1,8 @@
 """The literal commands of a user's site directory, on the controller only (no cluster, no sim_cluster).
 
-`--limit localhost` leaves only the validate play with hosts (spark8/spark16 list the controller as
-localhost); every other play matches no host, so nothing is contacted.
+`--limit localhost` leaves only the controller's plays with hosts (spark8/spark16 list the controller as
+localhost): validating and planning, and digesting the run's inputs; every other play matches no host, so
+nothing is contacted.
 """
 
 import os
@@ -13,6 +14,7 @@ from conftest import BIN, REPO, install_artifact, sh
 
 VALIDATE_PLAY = "PLAY [Validate the inventory and plan the deploy]"
 PLAN_TASK = "TASK [sparkfleet.vllm.validate : Plan the topology]"
+DIGEST_PLAY = "PLAY [Digest every input of this run]"
 
 
 def recap_ok(out, host="localhost"):
@@ -21,10 +23,13 @@ def recap_ok(out, host="localhost"):
 
 
 def only_validate_ran(out):
-    """Every play after validate matched no host: no task banner between its PLAY line and the next."""
+    """Validate, then the inputs' digest, ran on the controller alone; every later play matched no host: no
+    task banner between its PLAY line and the next."""
     plays = re.split(r"^PLAY (?:\[|RECAP)", out, flags=re.M)[1:]
-    return (len(plays) > 2 and plays[0].startswith(VALIDATE_PLAY[6:]) and "TASK [" in plays[0]
-            and all("TASK [" not in p and "skipping: no hosts matched" in p for p in plays[1:-1]))
+    return (len(plays) > 3 and plays[0].startswith(VALIDATE_PLAY[6:]) and "TASK [" in plays[0]
+            and plays[1].startswith(DIGEST_PLAY[6:]) and "ok: [localhost]" in plays[1]
+            and not re.search(r"^\w+: \[(?!localhost\])", plays[0] + plays[1], flags=re.M)
+            and all("TASK [" not in p and "skipping: no hosts matched" in p for p in plays[2:-1]))
 
 
 @pytest.mark.parametrize("playbook", ["deploy_mimo.yml", "deploy_kimi.yml"])

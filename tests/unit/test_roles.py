@@ -42,3 +42,39 @@ def test_no_role_reads_another_roles_variables(role):
         hits = sorted(set(re.findall(r"(?<![\w.])_*%s_[a-z0-9_]+" % other.name, text)))  # not a module FQCN
         assert not hits, "%s reads %s's variables %s; pass them through a sparkfleet_* fact" % (
             role.name, other.name, hits)
+
+
+class _DuplicateKeyLoader(yaml.SafeLoader):
+    """Flags a key that a mapping sets twice, or sets again after merging it in with <<: ansible-core warns
+    about both ("Found duplicate mapping key") and keeps only the last value."""
+
+    def construct_mapping(self, node, deep=False):
+        merged, explicit = set(), []
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                merged |= {k.value for source in sources for k, _ in source.value}
+            else:
+                explicit.append(key_node.value)
+        twice = {k for k in explicit if explicit.count(k) > 1} | (merged & set(explicit))
+        if twice:
+            raise yaml.constructor.ConstructorError(None, None, "duplicate mapping key %s" % sorted(twice),
+                                                    node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+REPO = Path(__file__).resolve().parents[2]
+YAML_FILES = sorted(p for d in ("roles", "playbooks", "site", "inventory", "meta", "extensions", "changelogs")
+                    for p in (REPO / d).rglob("*.yml"))
+
+
+@pytest.mark.parametrize("path", YAML_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_duplicate_mapping_keys(path):
+    yaml.load(path.read_text(), Loader=_DuplicateKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def test_duplicate_key_loader_flags_a_key_set_again_after_a_merge():
+    with pytest.raises(yaml.constructor.ConstructorError, match="description"):
+        yaml.load("a: &x {description: 1, o: 2}\nb:\n  <<: *x\n  description: 3\n", Loader=_DuplicateKeyLoader)
+    with pytest.raises(yaml.constructor.ConstructorError, match="'k'"):
+        yaml.load("k: 1\nk: 2\n", Loader=_DuplicateKeyLoader)
