@@ -34,8 +34,9 @@ NODES_SNIPPET = (
     "        sys.exit('Could not find any running Ray instance on this node')\n"
     "    alive = GcsNodeInfo.GcsNodeState.Value('ALIVE')\n"
     "    info = GcsClient(address=address).get_all_node_info(timeout=20)\n"
-    "    table = [{'NodeID': n.node_id.hex(), 'Alive': n.state == alive, 'NodeManagerAddress': n.node_manager_address,\n"
-    "              'Resources': dict(n.resources_total)} for n in info.values()]\n"
+    "    table = [{'NodeID': n.node_id.hex(), 'Alive': n.state == alive,\n"
+    "              'NodeManagerAddress': n.node_manager_address, 'Resources': dict(n.resources_total)}\n"
+    "             for n in info.values()]\n"
     # On its own line: a message that Ray's client writes to stdout without a newline must not prefix it.
     "sys.stdout.write('\\n' + json.dumps(table) + '\\n')\n"
 )

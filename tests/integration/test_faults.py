@@ -1002,6 +1002,15 @@ def redeploy(extra, **kw):
     return deploy(extra, playbook="redeploy.yml", **kw)
 
 
+def task_results(out, task):
+    """{host that ran it: count of its changed results} for every run of the task in a play's output."""
+    counts = {}
+    for section in out.split("TASK [%s" % task)[1:]:
+        for host in re.findall(r"^changed: \[([\w-]+)", section.split("\nTASK [", 1)[0], flags=re.M):
+            counts[host] = counts.get(host, 0) + 1
+    return counts
+
+
 def previous_containers():
     return {n: node_exec(n, "docker", "ps", "-aq", "--filter", "name=-previous$").stdout.split() for n in NODES}
 
@@ -1040,8 +1049,23 @@ def test_a_rolling_redeploy_of_two_replicas_fails_no_request_through_the_balance
     rc, out = redeploy(new_recipe(64))
     assert rc == 0, out[-4000:]
     assert {n: started_at(n, "sparkfleet-vllm") for n in before} == kept
+    # A change to Ray alone (its containers' /dev/shm): the servers' own spec is the same, but each replica's
+    # Ray cluster is replaced under its server, so the replicas are drained and kept aside one at a time too.
+    ray_only = dict(new_recipe(64), sparkfleet_ray_shm_size="4g")
+    rays = {n: started_at(n, "sparkfleet-ray") for n in NODES}
+    client = Client()
+    rc, out = redeploy(ray_only)
+    requests = client.stop()
+    assert rc == 0, out[-4000:]
+    assert task_results(out, "sparkfleet.vllm.rollout : Keep the replica's running containers aside") == \
+        {"sim-spark-00": 2, "sim-spark-02": 2}, out[-4000:]
+    assert all(started_at(n, "sparkfleet-ray") != t for n, t in rays.items())
+    assert {n: node_exec(n, "docker", "inspect", "--format", "{{.HostConfig.ShmSize}}", "sparkfleet-ray")
+            .stdout.strip() for n in NODES} == {n: str(4 << 30) for n in NODES}
+    assert previous_containers() == {n: [] for n in NODES}
+    assert len(requests) > 20 and failed(requests) == (0, 0.0), failed(requests)
     # The redeploy stamped every node as a deploy does: a deploy with the same inputs has nothing to change.
-    rc, out = deploy(new_recipe(64))
+    rc, out = deploy(ray_only)
     assert rc == 0 and "nothing is built, sent or started" in " ".join(out.split()), out[-4000:]
 
 

@@ -63,6 +63,10 @@ class _DuplicateKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+def load_strict(text):
+    return yaml.load(text, Loader=_DuplicateKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 REPO = Path(__file__).resolve().parents[2]
 YAML_FILES = sorted(p for d in ("roles", "playbooks", "site", "inventory", "meta", "extensions", "changelogs")
                     for p in (REPO / d).rglob("*.yml"))
@@ -70,11 +74,11 @@ YAML_FILES = sorted(p for d in ("roles", "playbooks", "site", "inventory", "meta
 
 @pytest.mark.parametrize("path", YAML_FILES, ids=lambda p: str(p.relative_to(REPO)))
 def test_no_duplicate_mapping_keys(path):
-    yaml.load(path.read_text(), Loader=_DuplicateKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    load_strict(path.read_text())
 
 
 def test_duplicate_key_loader_flags_a_key_set_again_after_a_merge():
     with pytest.raises(yaml.constructor.ConstructorError, match="description"):
-        yaml.load("a: &x {description: 1, o: 2}\nb:\n  <<: *x\n  description: 3\n", Loader=_DuplicateKeyLoader)
+        load_strict("a: &x {description: 1, o: 2}\nb:\n  <<: *x\n  description: 3\n")
     with pytest.raises(yaml.constructor.ConstructorError, match="'k'"):
-        yaml.load("k: 1\nk: 2\n", Loader=_DuplicateKeyLoader)
+        load_strict("k: 1\nk: 2\n")
