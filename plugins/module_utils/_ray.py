@@ -13,33 +13,46 @@ from __future__ import annotations
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker
 
-# The fields of ray.nodes() that this collection reads, under the names ray.nodes() gives them.
+# The fields of ray.nodes() that this collection reads, under the names ray.nodes() gives them. argv[1]: the
+# seconds the GCS has to answer. A Ray whose GCS client lacks this API (another release) reads through
+# ray.init(); a GCS that does not answer, or refuses the token, fails the read either way.
 NODES_SNIPPET = (
-    "import json, sys\n"
+    "import json, os, sys\n"
+    "timeout = float(sys.argv[1])\n"
+    "table = None\n"
     "try:\n"
     "    from ray._raylet import GcsClient\n"
     "    from ray.core.generated.gcs_pb2 import GcsNodeInfo\n"
-    "except ImportError:\n"
+    "    alive = GcsNodeInfo.GcsNodeState.Value('ALIVE')\n"
+    "except (ImportError, AttributeError, ValueError):\n"
     "    GcsClient = None\n"
-    "if GcsClient is None:\n"
+    "if GcsClient is not None:\n"
+    "    # Where ray start wrote the cluster's address (ray.init('auto') reads the same file).\n"
+    "    current = os.path.join(os.environ.get('RAY_TMPDIR') or '/tmp', 'ray', 'ray_current_cluster')\n"
+    "    try:\n"
+    "        with open(current) as f:\n"
+    "            address = f.read().strip()\n"
+    "    except FileNotFoundError:\n"
+    "        sys.exit('Could not find any running Ray instance on this node')\n"
+    "    try:\n"
+    "        client = GcsClient(address=address)\n"
+    "        info = client.get_all_node_info(timeout=timeout)\n"
+    "        table = [{'NodeID': n.node_id.hex(), 'Alive': n.state == alive,\n"
+    "                  'NodeManagerAddress': n.node_manager_address, 'Resources': dict(n.resources_total)}\n"
+    "                 for n in info.values()]\n"
+    "    except (AttributeError, TypeError):\n"
+    "        table = None\n"
+    "if table is None:\n"
     "    import ray\n"
     "    ray.init(address='auto', logging_level='ERROR', log_to_driver=False)\n"
     "    keep = ('NodeID', 'Alive', 'NodeManagerAddress', 'Resources')\n"
     "    table = [{k: n.get(k) for k in keep} for n in ray.nodes()]\n"
-    "else:\n"
-    "    try:\n"
-    "        with open('/tmp/ray/ray_current_cluster') as f:\n"
-    "            address = f.read().strip()\n"
-    "    except FileNotFoundError:\n"
-    "        sys.exit('Could not find any running Ray instance on this node')\n"
-    "    alive = GcsNodeInfo.GcsNodeState.Value('ALIVE')\n"
-    "    info = GcsClient(address=address).get_all_node_info(timeout=20)\n"
-    "    table = [{'NodeID': n.node_id.hex(), 'Alive': n.state == alive,\n"
-    "              'NodeManagerAddress': n.node_manager_address, 'Resources': dict(n.resources_total)}\n"
-    "             for n in info.values()]\n"
     # On its own line: a message that Ray's client writes to stdout without a newline must not prefix it.
     "sys.stdout.write('\\n' + json.dumps(table) + '\\n')\n"
 )
+
+# Seconds the GCS has to answer a read of the node table when the caller names none.
+GCS_TIMEOUT = 20
 
 
 # Ray picks most of its ports at random. Pinned, they can be checked free before a deploy (preflight) and
@@ -100,7 +113,7 @@ def start_argv(role, node_ip, port, head_ip=None, num_gpus=None, num_cpus=None, 
 def nodes(container, timeout=None):
     """The cluster's node table as seen from this container; with ``timeout``, a GCS that does not answer
     within that many seconds fails the read (coreutils' timeout ends the client) instead of hanging it."""
-    argv = ["python3", "-c", NODES_SNIPPET]
+    argv = ["python3", "-c", NODES_SNIPPET, str(int(timeout or GCS_TIMEOUT))]
     return _docker.exec_json(container, ["timeout", str(int(timeout))] + argv if timeout else argv)
 
 

@@ -68,8 +68,9 @@ def load_strict(text):
 
 
 REPO = Path(__file__).resolve().parents[2]
-YAML_FILES = sorted(p for d in ("roles", "playbooks", "site", "inventory", "meta", "extensions", "changelogs")
-                    for p in (REPO / d).rglob("*.yml"))
+YAML_FILES = sorted({p for pattern in ("*.yml", "*.yaml") for p in REPO.rglob(pattern)
+                     if not {".venv", "collections"} & set(p.relative_to(REPO).parts[:1])
+                     and ".git" not in p.parts and "output" not in p.parts})
 
 
 @pytest.mark.parametrize("path", YAML_FILES, ids=lambda p: str(p.relative_to(REPO)))
