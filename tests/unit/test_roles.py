@@ -53,7 +53,7 @@ class _DuplicateKeyLoader(yaml.SafeLoader):
         for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
-                merged |= {k.value for source in sources for k, _ in source.value}
+                merged |= {key.value for source in sources for key, _value in source.value}
             else:
                 explicit.append(key_node.value)
         twice = {k for k in explicit if explicit.count(k) > 1} | (merged & set(explicit))
