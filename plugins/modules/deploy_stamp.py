@@ -105,6 +105,13 @@ options:
     description: The balancer's backend of replicas.
     type: str
     default: replicas
+  find_containers:
+    description: With O(state=check), container names to look for; RV(found_containers) lists those that exist.
+      A deploy skips removing what no node holds (a stale server, the containers an interrupted redeploy kept
+      aside, a balancer the plan moved).
+    type: list
+    elements: str
+    default: []
   timeout:
     description: Seconds for each HTTP request and for the Docker engine.
     type: int
@@ -162,6 +169,12 @@ stamp:
     as read with O(state=check) (empty when there is none).
   returned: always
   type: dict
+found_containers:
+  description: With O(state=check), the names of O(find_containers) that exist on the node, running or not.
+  returned: always
+  type: list
+  elements: str
+  sample: [sparkfleet-vllm]
 endpoints:
   description: With O(state=check), each URL of O(probe_urls) (and O(balancer_url)) that was proven, with
     C(answers) as M(sparkfleet.vllm.vllm_check) returns them, C(problems) (empty when coherent) and
@@ -260,6 +273,7 @@ def main():
             probes=dict(type="list", elements="dict", default=[], options=endpoint.PROBE_OPTIONS),
             balancer_container=dict(type="str", default=""),
             balancer_backend=dict(type="str", default="replicas"),
+            find_containers=dict(type="list", elements="str", default=[]),
             timeout=dict(type="int", default=10),
         ),
         supports_check_mode=True,
@@ -287,8 +301,9 @@ def main():
                                                             p["timeout"])
                 proven[url] = {"answers": answers, "problems": problems, "balancer": url == p["balancer_url"]}
                 diffs += ["endpoint %s is not proven coherent: %s" % (url, " | ".join(problems))] if problems else []
+            found = [name for name in p["find_containers"] if _docker.current(cli, name) is not None]
             module.exit_json(changed=False, unchanged=not diffs, differences=diffs, held=held, stamp=listed,
-                             endpoints=proven)
+                             endpoints=proven, found_containers=found)
         new = stamp.make(p["inputs_digest"], _images(cli, p["images"]), _containers(cli, p["containers"]),
                          {t: stamp.tree_digest(t) for t in p["trees"]}, _public(p["facts"]))
     except _docker.DockerFailure as exc:
@@ -300,7 +315,7 @@ def main():
         except OSError as exc:
             module.fail_json(msg="deploy_stamp: writing %s: %s" % (p["path"], exc))
     result = {"changed": changed, "unchanged": True, "differences": [], "held": {"images": False, "trees": False},
-              "stamp": new, "endpoints": {}}
+              "stamp": new, "endpoints": {}, "found_containers": []}
     if module._diff:
         result["diff"] = {"before": json.dumps(old, indent=1, sort_keys=True) + "\n" if old else "",
                           "after": json.dumps(new, indent=1, sort_keys=True) + "\n",

@@ -257,3 +257,14 @@ def test_a_balancer_with_a_replica_not_ready_and_up_is_not_unchanged(node):
     engine.running.pop("sparkfleet-balancer")
     rc, res = run(deploy_stamp, {"path": str(path), "inputs_digest": "d1", "balancer_container": "sparkfleet-balancer"})
     assert res["differences"] == ["balancer sparkfleet-balancer is gone"]
+
+
+def test_the_probe_lists_which_of_the_containers_it_is_asked_about_exist(node):
+    engine, _tree, path = node
+    engine.running["sparkfleet-vllm-previous"] = Container("p1", running=False)  # kept aside, stopped
+    names = ["sparkfleet-vllm", "sparkfleet-vllm-previous", "sparkfleet-ray-previous", "sparkfleet-balancer"]
+    rc, res = run(deploy_stamp, {"path": str(path), "inputs_digest": "d1", "find_containers": names})
+    assert rc == 0 and res["found_containers"] == ["sparkfleet-vllm", "sparkfleet-vllm-previous"]
+    engine.running.clear()
+    rc, res = run(deploy_stamp, {"path": str(path), "inputs_digest": "d1", "find_containers": names})
+    assert rc == 0 and res["found_containers"] == []
