@@ -105,6 +105,17 @@ options:
         restarted. Required with O(poll_seconds); empty picks a new name for a call with O(poll_seconds=0).
     type: str
     default: ""
+  token:
+    description:
+      - The cluster's Ray token (Ray's token auth). The module writes it to O(token_path) on this node, a C(0600)
+        file in a C(0700) directory, which the container mounts and Ray reads (C(RAY_AUTH_TOKEN_PATH) in
+        O(env)); it is never put in argv or in the container's environment.
+      - The container's declared spec covers the token's digest, so a new token restarts the container (a Ray
+        started with the old one would refuse every node and driver that starts with the new one).
+    type: str
+  token_path:
+    description: Where O(token) is written on this node. Required with O(token).
+    type: path
   state:
     description: C(present) runs the node; C(absent) removes its container.
     type: str
@@ -113,7 +124,8 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Predicts whether the container would be (re)started; starts and waits for nothing.
+    details: Predicts whether the container would be (re)started or O(token_path) rewritten; writes, starts and
+      waits for nothing.
   diff_mode:
     support: full
     details:
@@ -158,13 +170,44 @@ attempts:
   type: int
 """
 
+import hashlib
 import json
+import os
+import tempfile
 import time
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, _ray, fabric
+
+
+def write_token(path, token, check_mode):
+    """Whether ``path`` had to be (re)written to hold ``token``, mode 0600 in a directory of mode 0700.
+
+    By hand, not with the copy module: as part of this module, a join writes the token and starts Ray in one
+    call on each node."""
+    folder = os.path.dirname(path)
+    data = token.encode()
+    try:
+        with open(path, "rb") as fh:
+            same = fh.read() == data and os.stat(path).st_mode & 0o777 == 0o600
+    except FileNotFoundError:
+        same = False
+    same = same and os.stat(folder).st_mode & 0o777 == 0o700
+    if same or check_mode:
+        return not same
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.chmod(folder, 0o700)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".token-")  # created 0600
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        os.unlink(tmp)
+        raise
+    return True
 
 
 def tmp_volume_opts(size):
@@ -310,9 +353,12 @@ def main():
             retries=dict(type="int", default=3),
             poll_seconds=dict(type="int", default=0),
             run_id=dict(type="str", default=""),
+            token=dict(type="str", no_log=True),
+            token_path=dict(type="path"),
             state=dict(type="str", choices=["present", "absent"], default="present"),
         ),
         required_if=[("state", "present", ["image", "node_ip"])],
+        required_together=[("token", "token_path")],
         supports_check_mode=True,
     )
     _docker.require(module)
@@ -341,7 +387,13 @@ def main():
                                      "this node's firewall and its fabric link, then run the deploy again"
                                      % (p["node_ip"], p["head_ip"], p["port"], why))
         spec = container_spec(p)
-        digest = _docker.spec_digest(spec)
+        # The token's digest goes only into the spec's digest (a label of 24 hex digits over the whole spec).
+        token_sha = hashlib.sha256(p["token"].encode()).hexdigest() if p["token"] else None
+        digest = _docker.spec_digest(dict(spec, token_sha256=token_sha) if token_sha else spec)
+        try:
+            wrote = write_token(p["token_path"], p["token"], module.check_mode) if p["token"] else False
+        except OSError as exc:
+            module.fail_json(msg="ray_node: writing the Ray token to %s: %s" % (p["token_path"], exc))
         existing = _docker.current(cli, name)
         state = _docker.container_state(existing)
         run_id = p["run_id"] or uuid.uuid4().hex
@@ -349,7 +401,7 @@ def main():
         if not _docker.needs_change(state, digest) and existing.labels.get(RUN_LABEL) != run_id:
             try:
                 if _ray.node_alive(_ray.nodes(existing), p["node_ip"]):
-                    module.exit_json(changed=False, done=True, container_id=existing.id, attempts=0,
+                    module.exit_json(changed=wrote, done=True, container_id=existing.id, attempts=0,
                                      progress="Ray %s %s: alive" % (p["role"], p["node_ip"]))
             except _docker.DockerFailure:
                 pass  # running but not answering: restart below

@@ -394,6 +394,32 @@ def test_ray_node_reads_the_table_once_ray_says_it_started_and_not_before(engine
     assert waits == [0.25, 0.25] and reads == [2]
 
 
+def test_ray_node_writes_the_token_where_ray_reads_it_and_a_new_token_restarts_ray(engine, tmp_path):
+    engine.ray_table = [node("10.0.0.1"), node("10.0.0.2")]
+    path = tmp_path / "ray" / "token"
+    first, second = "t" * 40, "u" * 40
+    rc, res = run(ray_node, dict(WORKER, token=first, token_path=str(path)))
+    assert rc == 0 and res["done"] is True and res["changed"] is True
+    assert path.read_text() == first and path.stat().st_mode & 0o777 == 0o600
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    started = engine.containers.runs[0]
+    assert first not in json.dumps(res) and first not in json.dumps(started["command"])
+    assert first not in json.dumps(started["environment"])
+    # The same token on the next run: nothing changes.
+    rc, res = run(ray_node, dict(WORKER, run_id="run-2", token=first, token_path=str(path)))
+    assert rc == 0 and res["changed"] is False and len(engine.containers.runs) == 1
+    # A new token: check mode predicts it and writes nothing; the run writes it and restarts Ray.
+    rc, res = run(ray_node, dict(WORKER, run_id="run-3", token=second, token_path=str(path)), check_mode=True)
+    assert rc == 0 and res["changed"] is True and path.read_text() == first and len(engine.containers.runs) == 1
+    rc, res = run(ray_node, dict(WORKER, run_id="run-3", token=second, token_path=str(path)))
+    assert rc == 0 and res["changed"] is True and path.read_text() == second and len(engine.containers.runs) == 2
+    # A token file loosened by hand is written again (0600), and Ray is left running.
+    path.chmod(0o644)
+    rc, res = run(ray_node, dict(WORKER, run_id="run-4", token=second, token_path=str(path)))
+    assert rc == 0 and res["changed"] is True and path.stat().st_mode & 0o777 == 0o600
+    assert len(engine.containers.runs) == 2
+
+
 def test_ray_node_without_the_gpu_fails_with_the_fix(engine):
     engine.ray_table = [node("10.0.0.1"), node("10.0.0.2", gpus=0)]
     rc, res = run(ray_node, WORKER)
