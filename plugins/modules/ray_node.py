@@ -172,42 +172,12 @@ attempts:
 
 import hashlib
 import json
-import os
-import tempfile
 import time
 import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, _ray, fabric
-
-
-def write_token(path, token, check_mode):
-    """Whether ``path`` had to be (re)written to hold ``token``, mode 0600 in a directory of mode 0700.
-
-    By hand, not with the copy module: as part of this module, a join writes the token and starts Ray in one
-    call on each node."""
-    folder = os.path.dirname(path)
-    data = token.encode()
-    try:
-        with open(path, "rb") as fh:
-            same = fh.read() == data and os.stat(path).st_mode & 0o777 == 0o600
-    except FileNotFoundError:
-        same = False
-    same = same and os.stat(folder).st_mode & 0o777 == 0o700
-    if same or check_mode:
-        return not same
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    os.chmod(folder, 0o700)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".token-")  # created 0600
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except OSError:
-        os.unlink(tmp)
-        raise
-    return True
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, _ray, fabric, secret_file
 
 
 def tmp_volume_opts(size):
@@ -391,7 +361,7 @@ def main():
         token_sha = hashlib.sha256(p["token"].encode()).hexdigest() if p["token"] else None
         digest = _docker.spec_digest(dict(spec, token_sha256=token_sha) if token_sha else spec)
         try:
-            wrote = write_token(p["token_path"], p["token"], module.check_mode) if p["token"] else False
+            wrote = secret_file.write(p["token_path"], p["token"], module.check_mode) if p["token"] else False
         except OSError as exc:
             module.fail_json(msg="ray_node: writing the Ray token to %s: %s" % (p["token_path"], exc))
         existing = _docker.current(cli, name)

@@ -54,12 +54,18 @@ options:
     description: Environment (the planned timeouts and any recipe variables).
     type: dict
     default: {}
+  api_key:
+    description:
+      - The API key for C(/v1), written to O(api_key_file) on this node (which the server reads); never put in
+        argv or in the container's environment. Requires O(api_key_file).
+    type: str
   api_key_file:
     description:
       - File on this node holding the API key for C(/v1) (0600); mounted read-only at the same path.
       - Without it the server runs without an API key.
       - The file's content is not part of what is declared. To restart the server when the key changes, put
         its digest in O(env) (the vllm_serve role sets C(SPARKFLEET_API_KEY_SHA256)).
+      - With O(api_key), the module writes the file first (0600 in a 0700 directory).
     type: path
   volumes:
     description: Bind mounts, C(host:container[:mode]).
@@ -85,7 +91,7 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Predicts whether the server would be (re)started.
+    details: Predicts whether the server would be (re)started or O(api_key_file) rewritten; writes and starts nothing.
   diff_mode:
     support: full
     details:
@@ -128,7 +134,7 @@ argv:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, vllm_logs
+from ansible_collections.sparkfleet.vllm.plugins.module_utils import _docker, secret_file, vllm_logs
 from ansible_collections.sparkfleet.vllm.plugins.module_utils.serve_plan import serve_argv, with_api_key_file
 
 
@@ -145,6 +151,7 @@ def main():
             extra_args=dict(type="list", elements="str", default=[]),
             env=dict(type="dict", default={}),
             api_key_file=dict(type="path"),
+            api_key=dict(type="str", no_log=True),
             volumes=dict(type="list", elements="str", default=[]),
             ray_address=dict(type="str"),
             ray_tmp_volume=dict(type="str", default="sparkfleet-ray-tmp"),
@@ -153,6 +160,7 @@ def main():
         ),
         required_if=[("state", "present", ["image", "model_path", "served_model_name", "tensor_parallel_size",
                                            "ray_address"])],
+        required_by={"api_key": "api_key_file"},
         supports_check_mode=True,
     )
     _docker.require(module)
@@ -171,6 +179,10 @@ def main():
             if exists and not module.check_mode:
                 _docker.remove(cli, name)
             module.exit_json(changed=exists)
+        try:
+            wrote = secret_file.write(p["api_key_file"], p["api_key"], module.check_mode) if p["api_key"] else False
+        except OSError as exc:
+            module.fail_json(msg="vllm_server: writing the API key to %s: %s" % (p["api_key_file"], exc))
         env = dict(p["env"], RAY_ADDRESS=p["ray_address"], VLLM_HOST_IP=p["host"])
         extra_binds = {p["ray_tmp_volume"]: {"bind": "/tmp/ray", "mode": "rw"}}  # noqa: S108
         command = argv
@@ -188,7 +200,7 @@ def main():
         state = _docker.container_state(existing)
         # A server that is still booting is left to boot; one whose log reports a failure is started anew.
         if not _docker.needs_change(state, digest) and not vllm_logs.parse(_docker.logs(existing))["errors"]:
-            module.exit_json(changed=False, container_id=existing.id, argv=argv)
+            module.exit_json(changed=wrote, container_id=existing.id, argv=argv)
         diff = _docker.container_diff(cli, existing, spec)
         if module.check_mode:
             module.exit_json(changed=True, argv=argv, diff=diff)

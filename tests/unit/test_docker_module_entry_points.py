@@ -292,6 +292,25 @@ def test_vllm_server_mounts_the_key_file_runs_the_wrapper_and_then_changes_nothi
     assert before["environment"] == after["environment"]  # the image's own PATH is not the container's
 
 
+def test_vllm_server_writes_the_key_it_is_given_where_the_server_reads_it(engine, tmp_path):
+    path = tmp_path / "sparkfleet" / "api-key"
+    key = "k" * 40
+    given = dict(SERVE, api_key=key, api_key_file=str(path))
+    rc, res = run(vllm_server, given, check_mode=True)
+    assert rc == 0 and res["changed"] is True and not path.exists()  # check mode writes nothing
+    rc, res = run(vllm_server, given)
+    assert rc == 0 and res["changed"] is True and path.read_text() == key
+    assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+    started = engine.containers.runs[0]
+    assert key not in json.dumps(res) and key not in json.dumps(started["command"])
+    assert key not in json.dumps(started["environment"])
+    rc, res = run(vllm_server, given)
+    assert rc == 0 and res["changed"] is False and len(engine.containers.runs) == 1
+    unwritable = {k: v for k, v in given.items() if k != "api_key_file"}
+    rc, res = run(vllm_server, unwritable)
+    assert rc == 1 and "api_key_file" in res["msg"]
+
+
 def wrapper(tmp_path, key_text, *argv, env=None):
     key = tmp_path / "api-key"
     if key_text is not None:
