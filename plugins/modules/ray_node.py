@@ -218,28 +218,6 @@ def observe(container, ip):
         ip, "alive" if alive else "not in the table yet", n)
 
 
-# What `ray start` prints once this node's raylet runs and has registered with the GCS. Watching the
-# container's log for it (a cheap Docker API read, no process in the container) lets a join read Ray's node
-# table as soon as there is something to read, instead of on a fixed interval: each read starts a Python
-# that imports Ray, which on a busy node slows the very start it waits on. The table read stays the proof;
-# a Ray that prints something else only waits the interval, as before.
-STARTED_LINE = "Ray runtime started."
-
-
-def wait_said_started(container, seconds):
-    """Wait at most ``seconds`` for Ray's start line in the container's log; return whether it is there.
-
-    Returns at once when it is there already, or when the container stops running."""
-    end = time.monotonic() + seconds
-    while True:
-        if STARTED_LINE in _docker.logs(container, tail=200):
-            return True
-        container.reload()
-        if container.status != "running" or time.monotonic() >= end:
-            return False
-        time.sleep(0.25)
-
-
 def start(cli, p, spec, digest, run_id, attempt, diff):
     labels = {RUN_LABEL: run_id, ATTEMPT_LABEL: str(attempt), BEFORE_LABEL: json.dumps(diff["before"], sort_keys=True)}
     labelled = dict(spec, labels=dict(spec["labels"], **labels))
@@ -263,9 +241,6 @@ def join(module, cli, p, spec, digest, run_id, diff):
                 module.exit_json(changed=True, done=False, attempts=0, diff=diff,
                                  progress="Ray %s %s: would be (re)started" % (p["role"], ip))
             container, attempt = start(cli, p, spec, digest, run_id, 1, diff), 1
-        # A fresh container: its first table read waits (at most the poll interval) for Ray to say it started.
-        left = p["poll_seconds"] - (time.monotonic() - began) if p["poll_seconds"] else 3
-        said = wait_said_started(container, max(0, min(3, left)))
         try:
             alive, gpus, seen = observe(container, ip)
         except _docker.DockerFailure as exc:
@@ -296,9 +271,7 @@ def join(module, cli, p, spec, digest, run_id, diff):
         left = p["poll_seconds"] - (time.monotonic() - began) if p["poll_seconds"] else 3
         if left <= 0:
             return container, attempt, False, line, diff
-        if said:
-            # Ray said it started and the table does not list it yet: read again shortly.
-            time.sleep(min(1, left))
+        time.sleep(min(3, left))
 
 
 def main():

@@ -388,31 +388,6 @@ def test_ray_node_restarts_a_current_container_of_an_earlier_run_that_is_not_ali
     assert rc == 0 and res["changed"] is True and res["done"] is True and len(engine.containers.runs) == 2
 
 
-def test_ray_node_reads_the_table_once_ray_says_it_started_and_not_before(engine, monkeypatch):
-    """The first table read of a fresh container waits for `ray start`'s own line, and no longer."""
-    engine.ray_table = [node("10.0.0.1"), node("10.0.0.2")]
-    reads, waits = [], []
-    logs = Container.logs
-
-    def said_on_the_third_look(self, **kwargs):
-        # Ray prints its start line after the container's log was looked at twice.
-        if len(waits) == 2 and not self.lines:
-            self.lines.append((time.time(), "2026-12-07 17:02:15,369\tSUCC scripts.py:1251 -- Ray runtime started."))
-        return logs(self, **kwargs)
-
-    def exec_run(self, argv, demux=False, environment=None):
-        reads.append(len(waits))
-        return Exec(0, (json.dumps(engine.ray_table).encode(), b""))
-
-    monkeypatch.setattr(Container, "logs", said_on_the_third_look)
-    monkeypatch.setattr(Container, "exec_run", exec_run)
-    monkeypatch.setattr(ray_node.time, "sleep", waits.append)
-    rc, res = run(ray_node, dict(WORKER, poll_seconds=20, join_timeout=60))
-    assert rc == 0 and res["done"] is True and res["changed"] is True
-    # Two short waits while the log lacked the line, then one read of the table, which listed the node.
-    assert waits == [0.25, 0.25] and reads == [2]
-
-
 def test_ray_node_writes_the_token_where_ray_reads_it_and_a_new_token_restarts_ray(engine, tmp_path):
     engine.ray_table = [node("10.0.0.1"), node("10.0.0.2")]
     path = tmp_path / "ray" / "token"
