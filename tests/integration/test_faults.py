@@ -1120,6 +1120,55 @@ def test_a_redeploy_killed_midway_leaves_the_other_replica_serving_and_the_next_
     assert len(requests) > 20 and failed(requests) == (0, 0.0), failed(requests)
 
 
+def ssh_rules(node, op):
+    """A firewall inside the node that resets the controller's SSH, as a node whose management link or sshd
+    is lost does: its containers and its fabric go on running."""
+    res = node_exec(node, "iptables", op, "INPUT", "-p", "tcp", "--dport", "22", "-j", "REJECT",
+                    "--reject-with", "tcp-reset")
+    assert res.returncode == 0, res.stderr
+
+
+def test_a_node_lost_before_its_replicas_turn_stops_the_redeploy_before_that_replica_is_touched():
+    """replica-1's worker (sim-spark-03) stops answering SSH while replica-0 is redeployed. replica-1's turn
+    stops before it is drained or anything of it is kept aside: it goes on serving its old recipe, the run
+    fails naming the node, and the balancer answers every request. Once the node answers again, the next
+    redeploy finishes the job."""
+    change = new_recipe(40)
+    lost = "sparkfleet-sim-node-3"
+    kept = started_at(NODES[2], "sparkfleet-vllm")
+    previous = serve_cmd(NODES[2])
+    client = Client()
+    play = subprocess.Popen([str(BIN / "ansible-playbook"), "redeploy.yml", "-i", "local", "-e", json.dumps(change)],
+                            cwd=SITE, env=SITE_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cut = False
+    try:
+        wait_for(lambda: previous_containers()[NODES[0]], 400, "replica-0's containers kept aside")
+        ssh_rules(lost, "-I")
+        cut = True
+        out = play.communicate(timeout=900)[0]
+    finally:
+        if cut:
+            ssh_rules(lost, "-D")
+        if play.poll() is None:
+            play.kill()
+            play.wait(timeout=30)
+    requests = client.stop()
+    said = " ".join(out.split())
+    assert play.returncode != 0
+    assert "sim-spark-03 of replica-1 gave no answer (" in said, out[-4000:]
+    assert "the replica was not touched and runs as it did" in said, out[-4000:]
+    assert "TASK [sparkfleet.vllm.rollout : Drain the replica from the balancer" in out
+    assert out.count("TASK [sparkfleet.vllm.rollout : Drain the replica from the balancer") == 1
+    assert started_at(NODES[2], "sparkfleet-vllm") == kept and serve_cmd(NODES[2]) == previous
+    assert '"--max-num-seqs","40"' in serve_cmd(NODES[0])
+    assert previous_containers() == {n: [] for n in NODES}
+    assert {name: row["status"] for name, row in balancer_servers().items()} == {"replica-0": "UP", "replica-1": "UP"}
+    assert len(requests) > 20 and failed(requests) == (0, 0.0), failed(requests)
+    rc, out = redeploy(change)
+    assert rc == 0, out[-4000:]
+    assert '"--max-num-seqs","40"' in serve_cmd(NODES[2])
+
+
 def test_one_replica_redeploy_costs_one_restart_and_rolls_back_the_same_way():
     """Back to the default plan, one TP4 engine behind the balancer; sim-spark-02 is a worker again and serves
     nothing. A redeploy then costs one restart (the downtime the client sees is printed), and a failing gate
