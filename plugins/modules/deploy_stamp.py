@@ -170,7 +170,8 @@ stamp:
   returned: always
   type: dict
 found_containers:
-  description: With O(state=check), the names of O(find_containers) that exist on the node, running or not.
+  description: With O(state=check), the names of O(find_containers) that exist on the node, running or not;
+    null when the Docker engine could not say.
   returned: always
   type: list
   elements: str
@@ -301,7 +302,10 @@ def main():
                                                             p["timeout"])
                 proven[url] = {"answers": answers, "problems": problems, "balancer": url == p["balancer_url"]}
                 diffs += ["endpoint %s is not proven coherent: %s" % (url, " | ".join(problems))] if problems else []
-            found = [name for name in p["find_containers"] if _docker.current(cli, name) is not None]
+            try:
+                found = [name for name in p["find_containers"] if _docker.current(cli, name) is not None]
+            except _docker.DockerException:
+                found = None  # unknown: the deploy then removes what it would remove anywhere
             module.exit_json(changed=False, unchanged=not diffs, differences=diffs, held=held, stamp=listed,
                              endpoints=proven, found_containers=found)
         new = stamp.make(p["inputs_digest"], _images(cli, p["images"]), _containers(cli, p["containers"]),

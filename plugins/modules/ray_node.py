@@ -107,11 +107,11 @@ options:
     default: ""
   token:
     description:
-      - The cluster's Ray token (Ray's token auth). The module writes it to O(token_path) on this node, a C(0600)
-        file in a C(0700) directory, which the container mounts and Ray reads (C(RAY_AUTH_TOKEN_PATH) in
-        O(env)); it is never put in argv or in the container's environment.
-      - The container's declared spec covers the token's digest, so a new token restarts the container (a Ray
-        started with the old one would refuse every node and driver that starts with the new one).
+      - The cluster's Ray token (Ray's token auth). The module writes it to O(token_path) on this node (mode
+        C(0600); a missing directory is made with mode C(0700)), which the container mounts and Ray reads
+        (C(RAY_AUTH_TOKEN_PATH) in O(env)); it is never put in argv or in the container's environment.
+      - The file's content is not part of what is declared. To restart Ray when the token changes, put its
+        digest in O(env) (the validate role's Ray env holds C(SPARKFLEET_RAY_TOKEN_SHA256)).
     type: str
   token_path:
     description: Where O(token) is written on this node. Required with O(token).
@@ -124,8 +124,8 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Predicts whether the container would be (re)started or O(token_path) rewritten; writes, starts and
-      waits for nothing.
+    details: Predicts whether the container would be (re)started (RV(restarts)) or O(token_path) rewritten;
+      writes, starts and waits for nothing.
   diff_mode:
     support: full
     details:
@@ -164,13 +164,17 @@ container_id:
   description: ID of the Ray container.
   returned: state is present and not in check mode
   type: str
+restarts:
+  description: Whether this join (re)starts the container (in check mode, whether it would); a rewrite of
+    O(token_path) alone changes the node but restarts nothing.
+  returned: state is present
+  type: bool
 attempts:
   description: Container starts this join needed (0 when nothing changed).
   returned: state is present
   type: int
 """
 
-import hashlib
 import json
 import time
 import uuid
@@ -238,7 +242,7 @@ def join(module, cli, p, spec, digest, run_id, diff):
             diff = dict(diff, before=json.loads(container.labels[BEFORE_LABEL]))
         if not ours:
             if module.check_mode:
-                module.exit_json(changed=True, done=False, attempts=0, diff=diff,
+                module.exit_json(changed=True, restarts=True, done=False, attempts=0, diff=diff,
                                  progress="Ray %s %s: would be (re)started" % (p["role"], ip))
             container, attempt = start(cli, p, spec, digest, run_id, 1, diff), 1
         try:
@@ -330,9 +334,7 @@ def main():
                                      "this node's firewall and its fabric link, then run the deploy again"
                                      % (p["node_ip"], p["head_ip"], p["port"], why))
         spec = container_spec(p)
-        # The token's digest goes only into the spec's digest (a label of 24 hex digits over the whole spec).
-        token_sha = hashlib.sha256(p["token"].encode()).hexdigest() if p["token"] else None
-        digest = _docker.spec_digest(dict(spec, token_sha256=token_sha) if token_sha else spec)
+        digest = _docker.spec_digest(spec)
         try:
             wrote = secret_file.write(p["token_path"], p["token"], module.check_mode) if p["token"] else False
         except OSError as exc:
@@ -344,7 +346,7 @@ def main():
         if not _docker.needs_change(state, digest) and existing.labels.get(RUN_LABEL) != run_id:
             try:
                 if _ray.node_alive(_ray.nodes(existing), p["node_ip"]):
-                    module.exit_json(changed=wrote, done=True, container_id=existing.id, attempts=0,
+                    module.exit_json(changed=wrote, restarts=False, done=True, container_id=existing.id, attempts=0,
                                      progress="Ray %s %s: alive" % (p["role"], p["node_ip"]))
             except _docker.DockerFailure:
                 pass  # running but not answering: restart below
@@ -354,8 +356,8 @@ def main():
             _docker.ensure_volume(cli, p["ray_tmp_volume"], tmp_volume_opts(p["ray_tmp_size"]))
         container, attempt, done, line, diff = join(module, cli, p, spec, digest, run_id, diff)
         # Changed: this join (run_id) started the container, in this call or an earlier poll of it.
-        module.exit_json(changed=True, done=done, container_id=container.id, attempts=attempt, progress=line,
-                         diff=diff)
+        module.exit_json(changed=True, restarts=True, done=done, container_id=container.id, attempts=attempt,
+                         progress=line, diff=diff)
     except _docker.DockerFailure as exc:
         module.fail_json(msg="ray_node: %s" % exc)
 

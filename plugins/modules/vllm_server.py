@@ -65,7 +65,7 @@ options:
       - Without it the server runs without an API key.
       - The file's content is not part of what is declared. To restart the server when the key changes, put
         its digest in O(env) (the vllm_serve role sets C(SPARKFLEET_API_KEY_SHA256)).
-      - With O(api_key), the module writes the file first (0600 in a 0700 directory).
+      - With O(api_key), the module writes the file first (mode 0600; a missing directory is made with mode 0700).
     type: path
   volumes:
     description: Bind mounts, C(host:container[:mode]).
@@ -91,7 +91,8 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Predicts whether the server would be (re)started or O(api_key_file) rewritten; writes and starts nothing.
+    details: Predicts whether the server would be (re)started (RV(restarts)) or O(api_key_file) rewritten; writes
+      and starts nothing.
   diff_mode:
     support: full
     details:
@@ -124,6 +125,11 @@ container_id:
   description: The serve container's ID.
   returned: state is present and not in check mode
   type: str
+restarts:
+  description: Whether the server is (re)started (in check mode, whether it would be); a rewrite of
+    O(api_key_file) alone changes the node but restarts nothing.
+  returned: state is present
+  type: bool
 argv:
   description: The vllm serve command line (holds no secret; the container runs it through the API key wrapper).
   returned: state is present
@@ -200,14 +206,14 @@ def main():
         state = _docker.container_state(existing)
         # A server that is still booting is left to boot; one whose log reports a failure is started anew.
         if not _docker.needs_change(state, digest) and not vllm_logs.parse(_docker.logs(existing))["errors"]:
-            module.exit_json(changed=wrote, container_id=existing.id, argv=argv)
+            module.exit_json(changed=wrote, restarts=False, container_id=existing.id, argv=argv)
         diff = _docker.container_diff(cli, existing, spec)
         if module.check_mode:
-            module.exit_json(changed=True, argv=argv, diff=diff)
+            module.exit_json(changed=True, restarts=True, argv=argv, diff=diff)
         container = _docker.replace(cli, name, spec, "vllm-serve", digest=digest)
     except _docker.DockerFailure as exc:
         module.fail_json(msg="vllm_server: %s" % exc)
-    module.exit_json(changed=True, container_id=container.id, argv=argv, diff=diff)
+    module.exit_json(changed=True, restarts=True, container_id=container.id, argv=argv, diff=diff)
 
 
 if __name__ == "__main__":

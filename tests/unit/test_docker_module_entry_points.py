@@ -6,6 +6,7 @@ modules' own behaviour: polling, check mode, diffs, secrets and failure messages
 """
 
 import datetime
+import hashlib
 import json
 import os
 import socket
@@ -305,9 +306,9 @@ def test_vllm_server_writes_the_key_it_is_given_where_the_server_reads_it(engine
     assert key not in json.dumps(res) and key not in json.dumps(started["command"])
     assert key not in json.dumps(started["environment"])
     rc, res = run(vllm_server, given)
-    assert rc == 0 and res["changed"] is False and len(engine.containers.runs) == 1
-    unwritable = {k: v for k, v in given.items() if k != "api_key_file"}
-    rc, res = run(vllm_server, unwritable)
+    assert rc == 0 and res["changed"] is False and res["restarts"] is False and len(engine.containers.runs) == 1
+    without_the_file = {k: v for k, v in given.items() if k != "api_key_file"}
+    rc, res = run(vllm_server, without_the_file)
     assert rc == 1 and "api_key_file" in res["msg"]
 
 
@@ -388,30 +389,55 @@ def test_ray_node_restarts_a_current_container_of_an_earlier_run_that_is_not_ali
     assert rc == 0 and res["changed"] is True and res["done"] is True and len(engine.containers.runs) == 2
 
 
-def test_ray_node_writes_the_token_where_ray_reads_it_and_a_new_token_restarts_ray(engine, tmp_path):
+def test_ray_node_writes_the_token_where_ray_reads_it_and_restarts_ray_only_when_its_env_says_so(engine, tmp_path):
+    """The role puts the token's digest in the Ray env (SPARKFLEET_RAY_TOKEN_SHA256): that restarts Ray. The
+    file itself is only written; a rewrite alone restarts nothing, and says so (restarts)."""
     engine.ray_table = [node("10.0.0.1"), node("10.0.0.2")]
     path = tmp_path / "ray" / "token"
     first, second = "t" * 40, "u" * 40
-    rc, res = run(ray_node, dict(WORKER, token=first, token_path=str(path)))
-    assert rc == 0 and res["done"] is True and res["changed"] is True
+
+    def join(token, run_id, check_mode=False):
+        env = {"SPARKFLEET_RAY_TOKEN_SHA256": hashlib.sha256(token.encode()).hexdigest()}
+        return run(ray_node, dict(WORKER, run_id=run_id, env=env, token=token, token_path=str(path)),
+                   check_mode=check_mode)
+
+    rc, res = join(first, "run-1")
+    assert rc == 0 and res["done"] is True and res["changed"] is True and res["restarts"] is True
     assert path.read_text() == first and path.stat().st_mode & 0o777 == 0o600
     assert path.parent.stat().st_mode & 0o777 == 0o700
     started = engine.containers.runs[0]
     assert first not in json.dumps(res) and first not in json.dumps(started["command"])
     assert first not in json.dumps(started["environment"])
     # The same token on the next run: nothing changes.
-    rc, res = run(ray_node, dict(WORKER, run_id="run-2", token=first, token_path=str(path)))
-    assert rc == 0 and res["changed"] is False and len(engine.containers.runs) == 1
-    # A new token: check mode predicts it and writes nothing; the run writes it and restarts Ray.
-    rc, res = run(ray_node, dict(WORKER, run_id="run-3", token=second, token_path=str(path)), check_mode=True)
-    assert rc == 0 and res["changed"] is True and path.read_text() == first and len(engine.containers.runs) == 1
-    rc, res = run(ray_node, dict(WORKER, run_id="run-3", token=second, token_path=str(path)))
-    assert rc == 0 and res["changed"] is True and path.read_text() == second and len(engine.containers.runs) == 2
-    # A token file loosened by hand is written again (0600), and Ray is left running.
+    rc, res = join(first, "run-2")
+    assert rc == 0 and res["changed"] is False and res["restarts"] is False and len(engine.containers.runs) == 1
+    # A new token: check mode predicts the restart and writes nothing; the run writes it and restarts Ray.
+    rc, res = join(second, "run-3", check_mode=True)
+    assert rc == 0 and res["restarts"] is True and path.read_text() == first and len(engine.containers.runs) == 1
+    rc, res = join(second, "run-3")
+    assert rc == 0 and res["restarts"] is True and path.read_text() == second and len(engine.containers.runs) == 2
+    # A token file loosened by hand: written again (0600), a change, but Ray is left running.
     path.chmod(0o644)
-    rc, res = run(ray_node, dict(WORKER, run_id="run-4", token=second, token_path=str(path)))
-    assert rc == 0 and res["changed"] is True and path.stat().st_mode & 0o777 == 0o600
-    assert len(engine.containers.runs) == 2
+    rc, res = join(second, "run-4", check_mode=True)
+    assert rc == 0 and res["changed"] is True and res["restarts"] is False
+    assert path.stat().st_mode & 0o777 == 0o644
+    rc, res = join(second, "run-4")
+    assert rc == 0 and res["changed"] is True and res["restarts"] is False
+    assert path.stat().st_mode & 0o777 == 0o600 and len(engine.containers.runs) == 2
+
+
+def test_a_secret_file_leaves_an_existing_directory_as_it_is_and_needs_an_absolute_path(tmp_path):
+    from ansible_collections.sparkfleet.vllm.plugins.module_utils import secret_file
+
+    shared = tmp_path / "etc"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    assert secret_file.write(str(shared / "api-key"), "k" * 40, check_mode=False) is True
+    assert shared.stat().st_mode & 0o777 == 0o755 and (shared / "api-key").stat().st_mode & 0o777 == 0o600
+    assert secret_file.write(str(shared / "api-key"), "k" * 40, check_mode=False) is False
+    assert sorted(p.name for p in shared.iterdir()) == ["api-key"]  # no temporary file left
+    with pytest.raises(OSError, match="not an absolute path"):
+        secret_file.write("relative/api-key", "k" * 40, check_mode=False)
 
 
 def test_ray_node_without_the_gpu_fails_with_the_fix(engine):
