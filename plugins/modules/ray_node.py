@@ -315,7 +315,11 @@ def join(module, cli, p, spec, digest, run_id, diff):
         if left <= 0:
             return container, attempt, False, line, diff
         if settling:
+            # The poll that waits out the settle ends with it, so that the wait is reported (a retry's
+            # progress line); the next poll finds the node joined.
             time.sleep(max(0.5, min(REJOIN_SETTLE_S - age, left)))
+            if p["poll_seconds"]:
+                return container, attempt, False, line, diff
         elif said:
             # Ray said it started and the table does not list it yet: read again shortly. Otherwise the
             # start line was awaited (up to 3 s) already.

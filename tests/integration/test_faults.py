@@ -775,6 +775,9 @@ def test_a_worker_lost_after_serving_is_named_by_status_and_healed_by_the_next_d
     rc, out = deploy()
     assert rc == 0, out[-4000:]
     assert "Paris" in out
+    # The head's GCS knew the dead raylet at this address: the join waited for it to reach the new one.
+    assert "[sim-spark-02] Ray worker 172.29.0.12 alive; the head knew an earlier Ray node at this address" in out, \
+        out[-4000:]
     # Only its Ray container is gone: the heal builds, sends and checks nothing it still holds.
     assert HELD in " ".join(out.split()), out[-4000:]
     assert "Build the image once, on the Ray head" not in out and "Verify every node against the seed" not in out
@@ -1166,6 +1169,55 @@ def test_a_node_lost_before_its_replicas_turn_stops_the_redeploy_before_that_rep
     rc, out = redeploy(change)
     assert rc == 0, out[-4000:]
     assert '"--max-num-seqs","40"' in serve_cmd(NODES[2])
+
+
+def test_a_node_lost_during_its_replicas_turn_is_named_and_the_other_replica_serves_throughout():
+    """replica-0's worker (sim-spark-01) stops answering SSH once replica-0's turn has begun. The turn stops
+    at the next step on that node; the rescue names it and starts nothing of the previous deployment (its
+    server cannot run without the node), so replica-0 stays drained with its previous containers aside, and
+    replica-1 is not touched. The balancer answers every request. Once the node answers again, the next
+    redeploy finishes replica-0's turn and then replica-1's."""
+    change = new_recipe(44)
+    lost = "sparkfleet-sim-node-1"
+    kept = started_at(NODES[2], "sparkfleet-vllm")
+    previous = serve_cmd(NODES[2])
+    client = Client()
+    play = subprocess.Popen([str(BIN / "ansible-playbook"), "redeploy.yml", "-i", "local", "-e", json.dumps(change)],
+                            cwd=SITE, env=SITE_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cut = False
+    try:
+        wait_for(lambda: previous_containers()[NODES[0]], 400, "replica-0's containers kept aside")
+        ssh_rules(lost, "-I")
+        cut = True
+        began = time.monotonic()
+        out = play.communicate(timeout=900)[0]
+        took = time.monotonic() - began
+        requests = client.stop()
+        servers = balancer_servers()
+    finally:
+        if cut:
+            ssh_rules(lost, "-D")
+        if play.poll() is None:
+            play.kill()
+            play.wait(timeout=30)
+    said = " ".join(out.split())
+    assert play.returncode != 0
+    assert "replica-0 (head sim-spark-00, 172.29.0.10): sim-spark-01 stopped answering during the replica's turn (" \
+        in said, out[-4000:]
+    assert "the replica stays out of the balancer; the other replicas serve" in said, out[-4000:]
+    assert out.count("TASK [sparkfleet.vllm.rollout : Drain the replica from the balancer") == 1
+    assert "TASK [sparkfleet.vllm.rollout : Roll back - start the previous server again]" not in out
+    assert started_at(NODES[2], "sparkfleet-vllm") == kept and serve_cmd(NODES[2]) == previous
+    assert previous_containers()[NODES[0]], "replica-0's previous containers were not kept aside"
+    assert servers["replica-1"]["status"] == "UP" and servers["replica-0"]["status"] != "UP", servers
+    assert len(requests) > 20 and failed(requests) == (0, 0.0), failed(requests)
+    print("node lost during its replica's turn: the run failed %.0f s after the cut; %d requests through the "
+          "balancer, none failed" % (took, len(requests)))
+    rc, out = redeploy(change)
+    assert rc == 0, out[-4000:]
+    assert all('"--max-num-seqs","44"' in serve_cmd(n) for n in (NODES[0], NODES[2]))
+    assert previous_containers() == {n: [] for n in NODES}
+    assert {name: row["status"] for name, row in balancer_servers().items()} == {"replica-0": "UP", "replica-1": "UP"}
 
 
 def test_one_replica_redeploy_costs_one_restart_and_rolls_back_the_same_way():
