@@ -301,7 +301,8 @@ def join(module, cli, p, spec, digest, run_id, diff):
                         "runtime), and that nvidia-smi works on the host"
                         % (p["role"], ip, gpus, p["gpus"]), container_id=container.id)
             return container, attempt, True, seen, diff
-        if age >= p["join_timeout"] or container.status != "running":
+        # The settle is not a slow join: it ends REJOIN_SETTLE_S after the start, whatever join_timeout is.
+        if not settling and (age >= p["join_timeout"] or container.status != "running"):
             last = "%s\n--- last log lines ---\n%s" % (seen, _docker.logs(container, tail=25))
             if attempt >= p["retries"]:
                 module.fail_json(msg="Ray %s on %s did not come up after %d attempts of %d s (head %s:%s): %s"
@@ -393,7 +394,13 @@ def main():
         diff = _docker.container_diff(cli, existing, spec)
         if not _docker.needs_change(state, digest) and existing.labels.get(RUN_LABEL) != run_id:
             try:
-                if _ray.node_alive(_ray.nodes(existing), p["node_ip"]):
+                table = _ray.nodes(existing)
+                if _ray.node_alive(table, p["node_ip"]):
+                    # Started by an earlier run that stopped before its join was done: it settles as its own
+                    # join would have.
+                    left = REJOIN_SETTLE_S - (time.time() - _docker.started_at(existing))
+                    if left > 0 and _ray.node_died_before(table, p["node_ip"]) and not module.check_mode:
+                        time.sleep(left)
                     module.exit_json(changed=wrote, restarts=False, done=True, container_id=existing.id, attempts=0,
                                      progress="Ray %s %s: alive" % (p["role"], p["node_ip"]))
             except _docker.DockerFailure:

@@ -383,12 +383,16 @@ def test_ray_node_rejoining_where_the_head_knew_a_dead_node_counts_as_joined_onl
     # The head's GCS lists the earlier raylet at this address as dead: its calls to the new one may still be
     # refused (gRPC reconnect backoff), so the join waits before it lets a placement group at the node.
     engine.ray_table = [node("10.0.0.1"), node("10.0.0.2", alive=False), node("10.0.0.2")]
-    rc, first = run(ray_node, dict(WORKER, join_timeout=60))
+    rc, first = run(ray_node, WORKER)
     assert rc == 0 and first["done"] is False, first
     assert "the head knew an earlier Ray node at this address" in first["progress"], first["progress"]
     started = engine.containers.items["sparkfleet-ray"]
+    # Past join_timeout (2 s) but still settling: not a slow join, so not restarted.
+    started.attrs["State"]["StartedAt"] = stamp(time.time() - 5)
+    rc, settling = run(ray_node, WORKER)
+    assert rc == 0 and settling["done"] is False and settling["attempts"] == 1, settling
     started.attrs["State"]["StartedAt"] = stamp(time.time() - ray_node.REJOIN_SETTLE_S - 1)
-    rc, second = run(ray_node, dict(WORKER, join_timeout=60))
+    rc, second = run(ray_node, WORKER)
     assert rc == 0 and second["done"] is True and len(engine.containers.runs) == 1, second
     # A node that the head never saw die joins at once.
     engine.containers.items.clear()
