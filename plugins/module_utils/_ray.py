@@ -121,11 +121,6 @@ def node_alive(table, ip):
     return any(n.get("Alive") and n.get("NodeManagerAddress") == ip for n in table)
 
 
-def node_died_before(table, ip):
-    """Whether the table holds a dead node at ``ip``: the GCS knew an earlier raylet at this address."""
-    return any(not n.get("Alive") and n.get("NodeManagerAddress") == ip for n in table)
-
-
 def node_gpus(table, ip):
     """GPUs Ray registered for the alive node at ``ip`` (None when it is not alive)."""
     for n in table:

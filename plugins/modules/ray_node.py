@@ -211,46 +211,15 @@ BEFORE_LABEL = "sparkfleet.diff-before"
 
 
 def observe(container, ip):
-    """One look at this node: (alive, GPUs it registered, a description, whether the table also holds a dead
-    node at this address)."""
+    """One look at this node: (alive, GPUs it registered, a description)."""
     container.reload()
     if container.status != "running":
-        return False, 0, "container is %s" % container.status, False
+        return False, 0, "container is %s" % container.status
     table = _ray.nodes(container)
     alive = _ray.node_alive(table, ip)
     n = sum(1 for x in table if x.get("Alive"))
     return alive, _ray.node_gpus(table, ip) if alive else 0, "%s %s; cluster has %d alive nodes" % (
-        ip, "alive" if alive else "not in the table yet", n), _ray.node_died_before(table, ip)
-
-
-# What `ray start` prints once this node's raylet runs. A join watches the container's log for it (a cheap
-# Docker API read, no process in the container) and reads Ray's node table as soon as there is something to
-# read: each read starts a Python that imports Ray, which on a busy node slows the very start it waits on. The
-# table read stays the proof; a Ray that prints something else waits the fixed interval, as before.
-STARTED_LINE = "Ray runtime started."
-
-# A node that rejoins a head whose GCS knew an earlier raylet at the same address (a lost worker, a worker
-# torn down and deployed again) is not ready when the table lists it. The GCS still talks to that address
-# through the connection it had to the dead raylet, whose gRPC reconnect backoff grew while the health check
-# failed (5 checks 3 s apart: about 10 s of backoff): measured on the simulated cluster, a vLLM placement group
-# created within 10 s of such a rejoin stayed pending for good with every GPU free, as the GCS's calls to the
-# new raylet were refused. The join of such a node counts as done only once its container has run this long.
-# A head that is new (and knew no earlier raylet) costs nothing.
-REJOIN_SETTLE_S = 20
-
-
-def wait_said_started(container, seconds):
-    """Wait at most ``seconds`` for Ray's start line in the container's log; return whether it is there.
-
-    Returns at once when it is there already, or when the container stops running."""
-    end = time.monotonic() + seconds
-    while True:
-        if STARTED_LINE in _docker.logs(container, tail=200):
-            return True
-        container.reload()
-        if container.status != "running" or time.monotonic() >= end:
-            return False
-        time.sleep(0.25)
+        ip, "alive" if alive else "not in the table yet", n)
 
 
 def start(cli, p, spec, digest, run_id, attempt, diff):
@@ -276,22 +245,13 @@ def join(module, cli, p, spec, digest, run_id, diff):
                 module.exit_json(changed=True, restarts=True, done=False, attempts=0, diff=diff,
                                  progress="Ray %s %s: would be (re)started" % (p["role"], ip))
             container, attempt = start(cli, p, spec, digest, run_id, 1, diff), 1
-        left = p["poll_seconds"] - (time.monotonic() - began) if p["poll_seconds"] else 3
-        said = wait_said_started(container, max(0, min(3, left)))
         try:
-            alive, gpus, seen, rejoined = observe(container, ip)
+            alive, gpus, seen = observe(container, ip)
         except _docker.DockerFailure as exc:
             # Ray's own traceback while the raylet starts: its last line says why ("Could not find any
             # running Ray instance"), the rest is noise in a progress line.
             why = [line.strip() for line in str(exc).splitlines() if line.strip()]
             alive, gpus, seen = False, 0, "%s not in the table yet (%s)" % (ip, why[-1][:160] if why else "no answer")
-            rejoined = False
-        age = time.time() - _docker.started_at(container)
-        settling = alive and rejoined and age < REJOIN_SETTLE_S
-        if settling:
-            seen = ("%s alive; the head knew an earlier Ray node at this address, so the join waits until %d s "
-                    "after the start for the head to reach the new one" % (ip, REJOIN_SETTLE_S))
-            alive = False
         if alive:
             if gpus != p["gpus"]:
                 module.fail_json(
@@ -301,8 +261,8 @@ def join(module, cli, p, spec, digest, run_id, diff):
                         "runtime), and that nvidia-smi works on the host"
                         % (p["role"], ip, gpus, p["gpus"]), container_id=container.id)
             return container, attempt, True, seen, diff
-        # The settle is not a slow join: it ends REJOIN_SETTLE_S after the start, whatever join_timeout is.
-        if not settling and (age >= p["join_timeout"] or container.status != "running"):
+        age = time.time() - _docker.started_at(container)
+        if age >= p["join_timeout"] or container.status != "running":
             last = "%s\n--- last log lines ---\n%s" % (seen, _docker.logs(container, tail=25))
             if attempt >= p["retries"]:
                 module.fail_json(msg="Ray %s on %s did not come up after %d attempts of %d s (head %s:%s): %s"
@@ -315,16 +275,7 @@ def join(module, cli, p, spec, digest, run_id, diff):
         left = p["poll_seconds"] - (time.monotonic() - began) if p["poll_seconds"] else 3
         if left <= 0:
             return container, attempt, False, line, diff
-        if settling:
-            # The poll that waits out the settle ends with it, so that the wait is reported (a retry's
-            # progress line); the next poll finds the node joined.
-            time.sleep(max(0.5, min(REJOIN_SETTLE_S - age, left)))
-            if p["poll_seconds"]:
-                return container, attempt, False, line, diff
-        elif said:
-            # Ray said it started and the table does not list it yet: read again shortly. Otherwise the
-            # start line was awaited (up to 3 s) already.
-            time.sleep(min(1, left))
+        time.sleep(min(3, left))
 
 
 def main():
@@ -394,13 +345,7 @@ def main():
         diff = _docker.container_diff(cli, existing, spec)
         if not _docker.needs_change(state, digest) and existing.labels.get(RUN_LABEL) != run_id:
             try:
-                table = _ray.nodes(existing)
-                if _ray.node_alive(table, p["node_ip"]):
-                    # Started by an earlier run that stopped before its join was done: it settles as its own
-                    # join would have.
-                    left = REJOIN_SETTLE_S - (time.time() - _docker.started_at(existing))
-                    if left > 0 and _ray.node_died_before(table, p["node_ip"]) and not module.check_mode:
-                        time.sleep(left)
+                if _ray.node_alive(_ray.nodes(existing), p["node_ip"]):
                     module.exit_json(changed=wrote, restarts=False, done=True, container_id=existing.id, attempts=0,
                                      progress="Ray %s %s: alive" % (p["role"], p["node_ip"]))
             except _docker.DockerFailure:
