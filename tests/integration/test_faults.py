@@ -775,9 +775,6 @@ def test_a_worker_lost_after_serving_is_named_by_status_and_healed_by_the_next_d
     rc, out = deploy()
     assert rc == 0, out[-4000:]
     assert "Paris" in out
-    # The head's GCS knew the dead raylet at this address: the join waited for it to reach the new one.
-    assert "[sim-spark-02] Ray worker 172.29.0.12 alive; the head knew an earlier Ray node at this address" in out, \
-        out[-4000:]
     # Only its Ray container is gone: the heal builds, sends and checks nothing it still holds.
     assert HELD in " ".join(out.split()), out[-4000:]
     assert "Build the image once, on the Ray head" not in out and "Verify every node against the seed" not in out
@@ -1131,56 +1128,10 @@ def ssh_rules(node, op):
     assert res.returncode == 0, res.stderr
 
 
-def test_a_node_lost_before_its_replicas_turn_stops_the_redeploy_before_that_replica_is_touched():
-    """replica-1's worker (sim-spark-03) stops answering SSH while replica-0 is redeployed. replica-1's turn
-    stops before it is drained or anything of it is kept aside: it goes on serving its old recipe, the run
-    fails naming the node, and the balancer answers every request. Once the node answers again, the next
-    redeploy finishes the job."""
-    change = new_recipe(40)
-    lost = "sparkfleet-sim-node-3"
-    kept = started_at(NODES[2], "sparkfleet-vllm")
-    previous = serve_cmd(NODES[2])
-    client = Client()
-    play = subprocess.Popen([str(BIN / "ansible-playbook"), "redeploy.yml", "-i", "local", "-e", json.dumps(change)],
-                            cwd=SITE, env=SITE_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    cut = False
-    try:
-        wait_for(lambda: previous_containers()[NODES[0]], 400, "replica-0's containers kept aside")
-        ssh_rules(lost, "-I")
-        cut = True
-        out = play.communicate(timeout=900)[0]
-    finally:
-        if cut:
-            ssh_rules(lost, "-D")
-        if play.poll() is None:
-            play.kill()
-            play.wait(timeout=30)
-    requests = client.stop()
-    said = " ".join(out.split())
-    assert play.returncode != 0
-    assert "sim-spark-03 of replica-1 gave no answer (" in said, out[-4000:]
-    assert "the replica was not touched and runs as it did" in said, out[-4000:]
-    assert out.count("TASK [sparkfleet.vllm.rollout : Drain the replica from the balancer") == 1
-    assert started_at(NODES[2], "sparkfleet-vllm") == kept and serve_cmd(NODES[2]) == previous
-    assert '"--max-num-seqs","40"' in serve_cmd(NODES[0])
-    assert previous_containers() == {n: [] for n in NODES}
-    assert {name: row["status"] for name, row in balancer_servers().items()} == {"replica-0": "UP", "replica-1": "UP"}
-    assert len(requests) > 20 and failed(requests) == (0, 0.0), failed(requests)
-    rc, out = redeploy(change)
-    assert rc == 0, out[-4000:]
-    assert '"--max-num-seqs","40"' in serve_cmd(NODES[2])
-
-
-def test_a_node_lost_during_its_replicas_turn_is_named_and_the_other_replica_serves_throughout():
-    """replica-0's worker (sim-spark-01) stops answering SSH once replica-0's turn has begun. The turn stops
-    at the next step on that node; the rescue names it and starts nothing of the previous deployment (its
-    server cannot run without the node), so replica-0 stays drained with its previous containers aside, and
-    replica-1 is not touched. The balancer answers every request. Once the node answers again, the next
-    redeploy finishes replica-0's turn and then replica-1's."""
-    change = new_recipe(44)
-    lost = "sparkfleet-sim-node-1"
-    kept = started_at(NODES[2], "sparkfleet-vllm")
-    previous = serve_cmd(NODES[2])
+def redeploy_cutting_ssh(change, lost):
+    """A redeploy during which node ``lost`` stops answering SSH, once replica-0's containers are kept aside,
+    while a Client calls the balancer: (return code, output, seconds from the cut to the run's end, the
+    requests, the balancer's servers), the last two read before the node answers again."""
     client = Client()
     play = subprocess.Popen([str(BIN / "ansible-playbook"), "redeploy.yml", "-i", "local", "-e", json.dumps(change)],
                             cwd=SITE, env=SITE_ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -1200,8 +1151,47 @@ def test_a_node_lost_during_its_replicas_turn_is_named_and_the_other_replica_ser
         if play.poll() is None:
             play.kill()
             play.wait(timeout=30)
+    return play.returncode, out, took, requests, servers
+
+
+def test_a_node_lost_before_its_replicas_turn_stops_the_redeploy_before_that_replica_is_touched():
+    """replica-1's worker (sim-spark-03) stops answering SSH while replica-0 is redeployed. replica-1's turn
+    stops before it is drained or anything of it is kept aside: it goes on serving its old recipe, the run
+    fails naming the node, and the balancer answers every request. Once the node answers again, the next
+    redeploy finishes the job."""
+    change = new_recipe(40)
+    lost = "sparkfleet-sim-node-3"
+    kept = started_at(NODES[2], "sparkfleet-vllm")
+    previous = serve_cmd(NODES[2])
+    rc, out, _took, requests, servers = redeploy_cutting_ssh(change, lost)
     said = " ".join(out.split())
-    assert play.returncode != 0
+    assert rc != 0
+    assert "sim-spark-03 of replica-1 gave no answer (" in said, out[-4000:]
+    assert "the replica was not touched and runs as it did" in said, out[-4000:]
+    assert out.count("TASK [sparkfleet.vllm.rollout : Drain the replica from the balancer") == 1
+    assert started_at(NODES[2], "sparkfleet-vllm") == kept and serve_cmd(NODES[2]) == previous
+    assert '"--max-num-seqs","40"' in serve_cmd(NODES[0])
+    assert previous_containers() == {n: [] for n in NODES}
+    assert {name: row["status"] for name, row in servers.items()} == {"replica-0": "UP", "replica-1": "UP"}
+    assert len(requests) > 20 and failed(requests) == (0, 0.0), failed(requests)
+    rc, out = redeploy(change)
+    assert rc == 0, out[-4000:]
+    assert '"--max-num-seqs","40"' in serve_cmd(NODES[2])
+
+
+def test_a_node_lost_during_its_replicas_turn_is_named_and_the_other_replica_serves_throughout():
+    """replica-0's worker (sim-spark-01) stops answering SSH once replica-0's turn has begun. The turn stops
+    before the gate; the rescue names it and starts nothing of the previous deployment (its
+    server cannot run without the node), so replica-0 stays drained with its previous containers aside, and
+    replica-1 is not touched. The balancer answers every request. Once the node answers again, the next
+    redeploy finishes replica-0's turn and then replica-1's."""
+    change = new_recipe(44)
+    lost = "sparkfleet-sim-node-1"
+    kept = started_at(NODES[2], "sparkfleet-vllm")
+    previous = serve_cmd(NODES[2])
+    rc, out, took, requests, servers = redeploy_cutting_ssh(change, lost)
+    said = " ".join(out.split())
+    assert rc != 0
     assert "replica-0 (head sim-spark-00, 172.29.0.10): sim-spark-01 stopped answering during the replica's turn (" \
         in said, out[-4000:]
     assert "the replica stays out of the balancer; the other replicas serve" in said, out[-4000:]
