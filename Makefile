@@ -12,12 +12,13 @@ export ANSIBLE_FORCE_COLOR ?= 0
 export PY_COLORS ?= 0
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help deps host demo test test-16 lint unit integration sim-up sim-down sim-images bench bench-verdicts bench-weights bench-noop bench-overhead patch-verdicts \
+.PHONY: help deps host demo test test-16 lint unit integration sim-up sim-down sim-images test-day2 bench bench-verdicts bench-weights bench-noop bench-overhead patch-verdicts \
 	gpu-wheels gpu-stage gpu-check sanity
 
 help:
 	@echo "make demo      simulated 4-node cluster + deploy_mimo.yml, prints the endpoint's answers"
 	@echo "make test      ruff + ansible-lint + ansible-test sanity + unit tests + molecule (on the simulated cluster)"
+	@echo "make test-day2 the day-2 chaos suite: lost nodes, 2 replicas behind the balancer, rolling redeploys (CI runs it)"
 	@echo "make test-16   16 simulated nodes: MiMo 2 x TP8, a no-op re-run, a rolling redeploy, Kimi TP16 (not in make test)"
 	@echo "make lint | sanity | unit | sim-up N=4 | sim-down | bench | bench-weights | bench-verdicts | bench-noop | bench-overhead"
 	@echo "make patch-verdicts VLLM_SRC=DIR   each patch's verdict for a vLLM source tree, as JSON (writes nothing)"
@@ -62,7 +63,12 @@ sanity: deps
 	$(BIN)/python tests/tools/sanity.py
 
 test: deps host lint sanity
-	$(BIN)/pytest -q -p no:cacheprovider --durations=20 tests
+	$(BIN)/pytest -q -p no:cacheprovider --durations=20 -m "not day2" tests
+
+# The day-2 chaos suite (lost nodes, two replicas behind the balancer, rolling redeploys, rollback): about
+# 40 minutes on its own simulated cluster, so never while another one runs. CI (.ci/run) runs it after make test.
+test-day2: deps host
+	$(BIN)/pytest -q -p no:cacheprovider --durations=0 -m day2 tests/integration
 
 # The 16-node suite: its own simulated cluster, so never while another one runs (make test's, make demo's).
 test-16: deps host

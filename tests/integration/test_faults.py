@@ -1,6 +1,9 @@
 """Faults injected into one running simulated cluster: each must end the deploy early and clearly.
 
 Order matters: every test injects a fault, observes the failure, and the next deploy repairs it.
+The tests marked day2 (issue D's chaos: lost nodes, two replicas behind the balancer, rolling redeploys and
+rollback) are a sequence of their own, from the fixture's deploy to the default recipe again: `make test-day2`
+runs them, `make test` leaves them out, and CI runs both.
 """
 
 import csv
@@ -755,6 +758,7 @@ HELD = ("every node still holds the image and the weights of the last verified d
         "and sending the image and checking and sending the weights")
 
 
+@pytest.mark.day2
 def test_a_worker_lost_after_serving_is_named_by_status_and_healed_by_the_next_deploy():
     """Seed 004's health check kept a killed worker "alive" for hours, so the next deploy's gate saw 5 nodes of
     4 and only a teardown healed it. Now Ray drops it in seconds, status names it, and the deploy heals it in
@@ -784,6 +788,7 @@ def test_a_worker_lost_after_serving_is_named_by_status_and_healed_by_the_next_d
     assert rc == 0 and said == "" and "endpoint: serving" in out, out[-3000:]
 
 
+@pytest.mark.day2
 def test_a_head_paused_past_a_minute_is_named_and_the_next_deploy_heals_it():
     """The head's Ray stalled for 70 s: while it is stalled, status names the head and its paused Ray; after,
     the engine has lost its rank on the head (the stand-in's rank pings time out after 60 s, as vLLM's Ray
@@ -815,6 +820,7 @@ def fabric_rules(node, op):
             assert res.returncode == 0, res.stderr
 
 
+@pytest.mark.day2
 def test_a_worker_cut_off_the_fabric_is_named_in_seconds_and_the_deploy_fails_early_then_heals():
     """Ray lists a silent node alive for minutes (5 misses of 60 s), so only asking the node shows the cut:
     status names it at once, and the deploy fails at the worker's join naming both ends instead of retrying
@@ -843,6 +849,7 @@ def test_a_worker_cut_off_the_fabric_is_named_in_seconds_and_the_deploy_fails_ea
     assert rc == 0 and said == "", out[-3000:]
 
 
+@pytest.mark.day2
 def test_teardown_keeps_images_and_weights_unless_asked_and_the_deploy_restores_a_purged_node():
     """A plain teardown of one node stops its Ray and keeps the image and weights; asked, it removes them
     (check mode first predicts that and removes nothing), and the next deploy sends them back."""
@@ -917,6 +924,7 @@ def through_the_balancer(count):
     return [int(code) for code in proc.communicate(timeout=600)[0].split()]
 
 
+@pytest.mark.day2
 def test_two_replicas_of_tp2_serve_behind_the_balancer_which_answers_through_a_lost_replica():
     """2 replicas x TP2 on the 4 nodes: each its own Ray cluster (heads sim-spark-00 and sim-spark-02), each
     proven, then proven again through HAProxy, which spreads requests over both. A replica's server killed:
@@ -1025,6 +1033,7 @@ def new_recipe(seqs, replicas=2):
     return {"sparkfleet_replicas": replicas, "sparkfleet_serve_extra_args": ["--max-num-seqs", str(seqs)]}
 
 
+@pytest.mark.day2
 def test_a_rolling_redeploy_of_two_replicas_fails_no_request_through_the_balancer():
     """A new recipe (another KV cache size) while a client keeps calling the balancer: one replica at a time
     is drained, redeployed, gated and put back. Not one request fails; both replicas run the new recipe,
@@ -1069,6 +1078,7 @@ def test_a_rolling_redeploy_of_two_replicas_fails_no_request_through_the_balance
     assert rc == 0 and "nothing is built, sent or started" in " ".join(out.split()), out[-4000:]
 
 
+@pytest.mark.day2
 def test_a_gate_that_fails_during_a_rolling_redeploy_rolls_the_replica_back_and_the_balancer_answers():
     """The new deployment of the first replica answers garbage: its gate fails, its previous containers
     (previous recipe) start again and go back in the balancer, the run fails naming the replica and the
@@ -1091,6 +1101,7 @@ def test_a_gate_that_fails_during_a_rolling_redeploy_rolls_the_replica_back_and_
     print("gate failed and rolled back: %d requests through the balancer, %d failed" % (len(requests), 0))
 
 
+@pytest.mark.day2
 def test_a_redeploy_killed_midway_leaves_the_other_replica_serving_and_the_next_one_finishes_it():
     """The redeploy is killed (the play and every module process) while the first replica's new server boots:
     the second replica keeps answering every request through the balancer. The next redeploy proves the
@@ -1154,6 +1165,7 @@ def redeploy_cutting_ssh(change, lost):
     return play.returncode, out, took, requests, servers
 
 
+@pytest.mark.day2
 def test_a_node_lost_before_its_replicas_turn_stops_the_redeploy_before_that_replica_is_touched():
     """replica-1's worker (sim-spark-03) stops answering SSH while replica-0 is redeployed. replica-1's turn
     stops before it is drained or anything of it is kept aside: it goes on serving its old recipe, the run
@@ -1179,6 +1191,7 @@ def test_a_node_lost_before_its_replicas_turn_stops_the_redeploy_before_that_rep
     assert '"--max-num-seqs","40"' in serve_cmd(NODES[2])
 
 
+@pytest.mark.day2
 def test_a_node_lost_during_its_replicas_turn_is_named_and_the_other_replica_serves_throughout():
     """replica-0's worker (sim-spark-01) stops answering SSH once replica-0's turn has begun. The turn stops
     before the gate; the rescue names it and starts nothing of the previous deployment (its
@@ -1210,6 +1223,7 @@ def test_a_node_lost_during_its_replicas_turn_is_named_and_the_other_replica_ser
     assert {name: row["status"] for name, row in balancer_servers().items()} == {"replica-0": "UP", "replica-1": "UP"}
 
 
+@pytest.mark.day2
 def test_one_replica_redeploy_costs_one_restart_and_rolls_back_the_same_way():
     """Back to the default plan, one TP4 engine behind the balancer; sim-spark-02 is a worker again and serves
     nothing. A redeploy then costs one restart (the downtime the client sees is printed), and a failing gate
