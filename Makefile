@@ -66,7 +66,7 @@ test: deps host lint sanity
 	$(BIN)/pytest -q -p no:cacheprovider --durations=20 -m "not day2" tests
 
 # The day-2 chaos suite (lost nodes, two replicas behind the balancer, rolling redeploys, rollback): about
-# 40 minutes on its own simulated cluster, so never while another one runs. CI (.ci/run) runs it after make test.
+# 29 minutes on its own simulated cluster, so never while another one runs. CI (.ci/run) runs it after make test.
 test-day2: deps host
 	$(BIN)/pytest -q -p no:cacheprovider --durations=0 -m day2 tests/integration
 
